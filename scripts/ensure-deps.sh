@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Installs the system packages the ledger's tests, benchmarks and default mode need, if missing:
+#   - PostgreSQL server binaries (initdb, pg_ctl, postgres, psql, pgbench) from the Debian
+#     packages postgresql + postgresql-contrib (pgbench ships in postgresql-<major>);
+#   - nats-server.
+# Idempotent: does nothing (and runs no apt-get at all) when everything is there. Meant for a
+# Debian 12 machine, run as root (or with sudo available).
+#
+# The ledger runs its own private PostgreSQL (see src/embedded_pg.rs); it never uses the Debian
+# default cluster. Services are kept from starting during the install (policy-rc.d), so no
+# system PostgreSQL or NATS is left running.
+set -euo pipefail
+
+log() { printf 'ensure-deps: %s\n' "$*"; }
+
+have_pg_server() { compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; }
+have_pgbench() { compgen -G '/usr/lib/postgresql/*/bin/pgbench' >/dev/null || command -v pgbench >/dev/null 2>&1; }
+have_psql() { compgen -G '/usr/lib/postgresql/*/bin/psql' >/dev/null || command -v psql >/dev/null 2>&1; }
+have_nats() { command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ]; }
+
+packages=()
+if have_pg_server && have_pgbench && have_psql; then
+    log "PostgreSQL present: $(compgen -G '/usr/lib/postgresql/*/bin/initdb' | tr '\n' ' ')"
+else
+    log "PostgreSQL server binaries (initdb/pgbench/psql) missing"
+    packages+=(postgresql postgresql-contrib)
+fi
+if have_nats; then
+    log "nats-server present: $(command -v nats-server || echo /usr/sbin/nats-server)"
+else
+    log "nats-server missing"
+    packages+=(nats-server)
+fi
+
+if [ "${#packages[@]}" -eq 0 ]; then
+    log "nothing to install"
+    exit 0
+fi
+
+SUDO=()
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+        SUDO=(sudo)
+    else
+        log "need root to install: ${packages[*]} (run as root or install sudo)" >&2
+        exit 1
+    fi
+fi
+
+# Keep the packages' services (the Debian "main" PostgreSQL cluster, nats-server) from starting:
+# invoke-rc.d asks /usr/sbin/policy-rc.d, and exit code 101 means "action forbidden".
+# An existing policy-rc.d is left as it is.
+policy=/usr/sbin/policy-rc.d
+if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\n# temporary, from ledger scripts/ensure-deps.sh\nexit 101\n' |
+        "${SUDO[@]}" tee "$policy" >/dev/null
+    "${SUDO[@]}" chmod 0755 "$policy"
+    trap '"${SUDO[@]}" rm -f "$policy"' EXIT
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+log "apt-get update"
+"${SUDO[@]}" apt-get update -qq
+log "apt-get install ${packages[*]}"
+"${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${packages[@]}"
+
+missing=()
+have_pg_server || missing+=("initdb (/usr/lib/postgresql/*/bin)")
+have_pgbench || missing+=(pgbench)
+have_psql || missing+=(psql)
+have_nats || missing+=(nats-server)
+if [ "${#missing[@]}" -ne 0 ]; then
+    log "still missing after install: ${missing[*]}" >&2
+    exit 1
+fi
+log "installed ${packages[*]}; PostgreSQL: $(compgen -G '/usr/lib/postgresql/*/bin' | tr '\n' ' ')"

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The test command: installs what a fresh machine lacks, then runs every test. The tests start
+# their own PostgreSQL (and NATS where needed); nothing has to be running beforehand.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/ensure-deps.sh
+cargo fmt --check
+cargo clippy --locked --all-targets -- -D warnings
+cargo test --locked -- --test-threads "${LEDGER_TEST_THREADS:-4}"

@@ -1,0 +1,299 @@
+//! Accounts: codes, currencies, scales, metadata, and the rules on each.
+
+use super::error::{LedgerError, Reason};
+use super::limits::*;
+use std::collections::BTreeMap;
+use time::OffsetDateTime;
+
+/// Which side of an account grows its balance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NormalBalance {
+    Debit,
+    Credit,
+}
+
+/// A leg's side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Direction {
+    Debit,
+    Credit,
+}
+
+impl Direction {
+    /// The opposite side (a void swaps every leg).
+    pub fn swapped(self) -> Direction {
+        match self {
+            Direction::Debit => Direction::Credit,
+            Direction::Credit => Direction::Debit,
+        }
+    }
+}
+
+/// Metadata: a sorted map, so equal maps compare and hash equal.
+pub type Metadata = BTreeMap<String, String>;
+
+/// An account as stored. Attributes never change after creation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Account {
+    /// Storage's internal id (legs refer to it).
+    pub id: i64,
+    pub code: String,
+    pub currency: String,
+    pub scale: u8,
+    pub normal_balance: NormalBalance,
+    pub allow_negative: bool,
+    pub metadata: Metadata,
+    pub created_at: OffsetDateTime,
+}
+
+/// A validated request to create an account.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewAccount {
+    pub code: String,
+    pub currency: String,
+    pub scale: u8,
+    pub normal_balance: NormalBalance,
+    pub allow_negative: bool,
+    pub metadata: Metadata,
+}
+
+impl NewAccount {
+    /// Validates every attribute; the first problem found is the answer.
+    pub fn validate(
+        code: &str,
+        currency: &str,
+        scale: u32,
+        normal_balance: Option<NormalBalance>,
+        allow_negative: bool,
+        metadata: Metadata,
+    ) -> Result<NewAccount, LedgerError> {
+        validate_code(code)?;
+        validate_currency(currency)?;
+        if scale > MAX_SCALE {
+            return Err(LedgerError::new(
+                Reason::AmountScale,
+                format!("scale {scale} is out of range 0..={MAX_SCALE} (limit MAX_SCALE)"),
+            ));
+        }
+        let normal_balance = normal_balance.ok_or_else(|| {
+            LedgerError::new(
+                Reason::InvalidField,
+                "normal_balance must be NORMAL_BALANCE_DEBIT or NORMAL_BALANCE_CREDIT",
+            )
+        })?;
+        validate_metadata(&metadata)?;
+        Ok(NewAccount {
+            code: code.to_owned(),
+            currency: currency.to_owned(),
+            scale: scale as u8,
+            normal_balance,
+            allow_negative,
+            metadata,
+        })
+    }
+
+    /// The attributes in which an existing account differs from this request (empty: identical).
+    pub fn differences(&self, existing: &Account) -> Vec<&'static str> {
+        let mut d = Vec::new();
+        if self.currency != existing.currency {
+            d.push("currency");
+        }
+        if self.scale != existing.scale {
+            d.push("scale");
+        }
+        if self.normal_balance != existing.normal_balance {
+            d.push("normal_balance");
+        }
+        if self.allow_negative != existing.allow_negative {
+            d.push("allow_negative");
+        }
+        if self.metadata != existing.metadata {
+            d.push("metadata");
+        }
+        d
+    }
+}
+
+/// An account code: 1..=128 characters of `a-z 0-9 : _ - .`.
+pub fn validate_code(code: &str) -> Result<(), LedgerError> {
+    let ok_chars = code
+        .bytes()
+        .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b':' | b'_' | b'-' | b'.'));
+    if code.is_empty() || code.len() > MAX_ACCOUNT_CODE_CHARS || !ok_chars {
+        return Err(LedgerError::new(
+            Reason::InvalidAccountCode,
+            format!(
+                "account code {:?} must be 1..={MAX_ACCOUNT_CODE_CHARS} characters of a-z 0-9 : _ - . (limit MAX_ACCOUNT_CODE_CHARS)",
+                truncate_for_message(code)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A currency: 2..=16 characters of `A-Z 0-9`.
+pub fn validate_currency(currency: &str) -> Result<(), LedgerError> {
+    let ok = (2..=16).contains(&currency.len())
+        && currency
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit());
+    if !ok {
+        return Err(LedgerError::new(
+            Reason::InvalidCurrency,
+            format!(
+                "currency {:?} must be 2..=16 characters of A-Z 0-9",
+                truncate_for_message(currency)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Metadata limits: at most 32 entries, keys of 1..=64 bytes, values of at most 512 bytes.
+pub fn validate_metadata(metadata: &Metadata) -> Result<(), LedgerError> {
+    if metadata.len() > MAX_METADATA_ENTRIES {
+        return Err(LedgerError::limit(
+            "metadata entry count",
+            "MAX_METADATA_ENTRIES",
+            MAX_METADATA_ENTRIES,
+            metadata.len(),
+        ));
+    }
+    for (k, v) in metadata {
+        if k.is_empty() || k.len() > MAX_METADATA_KEY_BYTES {
+            return Err(LedgerError::limit(
+                &format!("metadata key {:?} length in bytes", truncate_for_message(k)),
+                "MAX_METADATA_KEY_BYTES (keys must not be empty)",
+                MAX_METADATA_KEY_BYTES,
+                k.len(),
+            ));
+        }
+        if v.len() > MAX_METADATA_VALUE_BYTES {
+            return Err(LedgerError::limit(
+                &format!("metadata value of key {k:?} length in bytes"),
+                "MAX_METADATA_VALUE_BYTES",
+                MAX_METADATA_VALUE_BYTES,
+                v.len(),
+            ));
+        }
+        if k.contains('\0') || v.contains('\0') {
+            return Err(LedgerError::new(
+                Reason::InvalidField,
+                format!("metadata key {k:?} or its value contains a NUL character"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Cuts user input quoted in an error message to a readable length.
+pub fn truncate_for_message(s: &str) -> String {
+    const MAX: usize = 80;
+    if s.chars().count() <= MAX {
+        s.to_owned()
+    } else {
+        let cut: String = s.chars().take(MAX).collect();
+        format!("{cut}…")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn account_attributes_are_validated_with_the_reason_named() {
+        let long_code = "a".repeat(129);
+        type Case<'a> = (&'a str, &'a str, u32, Option<NormalBalance>, Option<Reason>);
+        let table: &[Case] = &[
+            ("assets:cash", "EUR", 2, Some(NormalBalance::Debit), None),
+            ("a", "BTC", 18, Some(NormalBalance::Credit), None),
+            (
+                "",
+                "EUR",
+                2,
+                Some(NormalBalance::Debit),
+                Some(Reason::InvalidAccountCode),
+            ),
+            (
+                "Assets",
+                "EUR",
+                2,
+                Some(NormalBalance::Debit),
+                Some(Reason::InvalidAccountCode),
+            ),
+            (
+                "a b",
+                "EUR",
+                2,
+                Some(NormalBalance::Debit),
+                Some(Reason::InvalidAccountCode),
+            ),
+            (
+                &long_code,
+                "EUR",
+                2,
+                Some(NormalBalance::Debit),
+                Some(Reason::InvalidAccountCode),
+            ),
+            (
+                "a",
+                "E",
+                2,
+                Some(NormalBalance::Debit),
+                Some(Reason::InvalidCurrency),
+            ),
+            (
+                "a",
+                "eur",
+                2,
+                Some(NormalBalance::Debit),
+                Some(Reason::InvalidCurrency),
+            ),
+            (
+                "a",
+                "ABCDEFGHIJKLMNOPQ",
+                2,
+                Some(NormalBalance::Debit),
+                Some(Reason::InvalidCurrency),
+            ),
+            (
+                "a",
+                "EUR",
+                19,
+                Some(NormalBalance::Debit),
+                Some(Reason::AmountScale),
+            ),
+            ("a", "EUR", 2, None, Some(Reason::InvalidField)),
+        ];
+        for (code, cur, scale, nb, want) in table {
+            let got = NewAccount::validate(code, cur, *scale, *nb, false, Metadata::new())
+                .err()
+                .map(|e| e.reason);
+            assert_eq!(got, *want, "{code:?} {cur:?} {scale}");
+        }
+    }
+
+    #[test]
+    fn metadata_over_its_limits_is_refused_naming_the_limit() {
+        let mut m = Metadata::new();
+        for i in 0..33 {
+            m.insert(format!("k{i}"), "v".into());
+        }
+        let e = validate_metadata(&m).unwrap_err();
+        assert_eq!(e.reason, Reason::LimitExceeded);
+        assert!(e.message.contains("MAX_METADATA_ENTRIES"), "{}", e.message);
+        let m: Metadata = [("k".repeat(65), "v".to_string())].into();
+        assert!(validate_metadata(&m)
+            .unwrap_err()
+            .message
+            .contains("MAX_METADATA_KEY_BYTES"));
+        let m: Metadata = [("k".to_string(), "v".repeat(513))].into();
+        assert!(validate_metadata(&m)
+            .unwrap_err()
+            .message
+            .contains("MAX_METADATA_VALUE_BYTES"));
+        let m: Metadata = [("k".to_string(), "v".repeat(512))].into();
+        assert!(validate_metadata(&m).is_ok());
+    }
+}

@@ -1,0 +1,15 @@
+//! The pure domain core: amounts, accounts, postings, validation, the batch decision engine.
+//! No I/O, no async, no SQL, no transport types.
+
+pub mod account;
+pub mod amount;
+pub mod engine;
+pub mod error;
+pub mod limits;
+pub mod page_token;
+pub mod posting;
+pub mod record;
+
+pub use account::{Account, Direction, Metadata, NewAccount, NormalBalance};
+pub use amount::Amount;
+pub use error::{LedgerError, Reason};

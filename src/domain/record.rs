@@ -1,0 +1,124 @@
+//! What the ledger answers with: recorded postings, balances, entries, cut-offs.
+
+use super::account::{Direction, Metadata};
+use super::amount::Amount;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// One leg of a recorded posting.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PostedLeg {
+    pub account: String,
+    pub direction: Direction,
+    pub amount: Amount,
+}
+
+/// A posting as the journal holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Posting {
+    pub posting_id: Uuid,
+    pub sequence: u64,
+    pub caller: String,
+    pub idempotency_key: String,
+    pub legs: Vec<PostedLeg>,
+    pub effective_at: OffsetDateTime,
+    pub recorded_at: OffsetDateTime,
+    pub memo: String,
+    pub metadata: Metadata,
+    pub voids_posting_id: Option<Uuid>,
+    pub voided_by_posting_id: Option<Uuid>,
+    pub void_reason: Option<String>,
+}
+
+impl Posting {
+    /// Asserts the invariants every recorded posting keeps (after a read, before a write).
+    pub fn assert_sound(&self) {
+        assert!(
+            self.sequence > 0,
+            "posting {} has sequence 0",
+            self.posting_id
+        );
+        assert!(
+            self.legs.len() >= 2,
+            "posting {} has {} legs",
+            self.posting_id,
+            self.legs.len()
+        );
+        assert!(
+            self.voids_posting_id.is_none() || self.voided_by_posting_id.is_none(),
+            "posting {} is a void and voided",
+            self.posting_id
+        );
+        assert_eq!(
+            self.voids_posting_id.is_some(),
+            self.void_reason.is_some(),
+            "posting {}: void reason without void or the reverse",
+            self.posting_id
+        );
+        for leg in &self.legs {
+            assert!(
+                leg.amount.minor() > 0,
+                "posting {} has a leg of {}",
+                self.posting_id,
+                leg.amount
+            );
+        }
+    }
+}
+
+/// A bitemporal cut-off as applied: legs recorded ≤ `recorded_at` and effective ≤ `effective_at`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AppliedAsOf {
+    pub recorded_at: OffsetDateTime,
+    pub effective_at: OffsetDateTime,
+    /// The last journal sequence recorded at or before `recorded_at`.
+    pub sequence: u64,
+}
+
+/// A cut-off as requested.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AsOf {
+    pub recorded_at: Option<OffsetDateTime>,
+    pub effective_at: Option<OffsetDateTime>,
+}
+
+/// An account's balance at a cut-off.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Balance {
+    pub account: String,
+    pub currency: String,
+    pub scale: u8,
+    pub debits: i128,
+    pub credits: i128,
+    pub balance: i128,
+    pub as_of: AppliedAsOf,
+}
+
+/// One line of an account statement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub posting_id: Uuid,
+    pub sequence: u64,
+    pub recorded_at: OffsetDateTime,
+    pub effective_at: OffsetDateTime,
+    pub direction: Direction,
+    pub amount: Amount,
+    /// Signed balance after this entry, over the entries the cut-off includes.
+    pub balance_after: i128,
+}
+
+/// Debits and credits of one currency over a set of accounts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CurrencyTotal {
+    pub currency: String,
+    pub scale: u8,
+    pub debits: i128,
+    pub credits: i128,
+}
+
+/// The answer to a write: the posting, and whether it was decided by an earlier request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decided {
+    pub posting: Posting,
+    pub replayed: bool,
+}

@@ -1,0 +1,257 @@
+//! Conversions between protobuf messages and domain types.
+
+use super::pb;
+use crate::domain::account::Metadata;
+use crate::domain::amount::format_minor;
+use crate::domain::posting::{LegRequest, PostRequest, VoidRequest};
+use crate::domain::record::{AppliedAsOf, AsOf, Balance, CurrencyTotal, Entry, Posting};
+use crate::domain::{Account, Direction, LedgerError, NormalBalance, Reason};
+use prost_types::Timestamp;
+use time::OffsetDateTime;
+
+/// A protobuf timestamp as a time, truncated to microseconds (the journal's precision).
+/// Out-of-range or malformed timestamps are refused.
+pub fn time_from_pb(field: &str, ts: &Timestamp) -> Result<OffsetDateTime, LedgerError> {
+    let bad = || {
+        LedgerError::new(
+            Reason::InvalidField,
+            format!(
+                "{field} {}s {}ns is not a valid timestamp",
+                ts.seconds, ts.nanos
+            ),
+        )
+    };
+    if !(0..1_000_000_000).contains(&ts.nanos) {
+        return Err(bad());
+    }
+    let nanos = i128::from(ts.seconds) * 1_000_000_000 + i128::from(ts.nanos / 1000 * 1000);
+    let t = OffsetDateTime::from_unix_timestamp_nanos(nanos).map_err(|_| bad())?;
+    if !(1..=9999).contains(&t.year()) {
+        return Err(bad());
+    }
+    Ok(t)
+}
+
+/// A time as a protobuf timestamp.
+pub fn time_to_pb(t: OffsetDateTime) -> Timestamp {
+    let n = t.unix_timestamp_nanos();
+    Timestamp {
+        seconds: n.div_euclid(1_000_000_000) as i64,
+        nanos: n.rem_euclid(1_000_000_000) as i32,
+    }
+}
+
+fn opt_time(field: &str, ts: Option<&Timestamp>) -> Result<Option<OffsetDateTime>, LedgerError> {
+    ts.map(|t| time_from_pb(field, t)).transpose()
+}
+
+/// A metadata map, sorted.
+pub fn metadata(m: std::collections::HashMap<String, String>) -> Metadata {
+    m.into_iter().collect()
+}
+
+fn metadata_to_pb(m: &Metadata) -> std::collections::HashMap<String, String> {
+    m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+/// The normal side from its enum value (`None` when unspecified or unknown).
+pub fn normal_from_pb(v: i32) -> Option<NormalBalance> {
+    match pb::NormalBalance::try_from(v) {
+        Ok(pb::NormalBalance::Debit) => Some(NormalBalance::Debit),
+        Ok(pb::NormalBalance::Credit) => Some(NormalBalance::Credit),
+        Ok(pb::NormalBalance::Unspecified) | Err(_) => None,
+    }
+}
+
+fn normal_to_pb(n: NormalBalance) -> i32 {
+    match n {
+        NormalBalance::Debit => pb::NormalBalance::Debit as i32,
+        NormalBalance::Credit => pb::NormalBalance::Credit as i32,
+    }
+}
+
+fn direction_from_pb(v: i32) -> Option<Direction> {
+    match pb::Direction::try_from(v) {
+        Ok(pb::Direction::Debit) => Some(Direction::Debit),
+        Ok(pb::Direction::Credit) => Some(Direction::Credit),
+        Ok(pb::Direction::Unspecified) | Err(_) => None,
+    }
+}
+
+/// A direction as its enum value.
+pub fn direction_to_pb(d: Direction) -> i32 {
+    match d {
+        Direction::Debit => pb::Direction::Debit as i32,
+        Direction::Credit => pb::Direction::Credit as i32,
+    }
+}
+
+/// An account message.
+pub fn account_to_pb(a: &Account) -> pb::Account {
+    pb::Account {
+        code: a.code.clone(),
+        currency: a.currency.clone(),
+        scale: u32::from(a.scale),
+        normal_balance: normal_to_pb(a.normal_balance),
+        allow_negative: a.allow_negative,
+        metadata: metadata_to_pb(&a.metadata),
+        created_at: Some(time_to_pb(a.created_at)),
+    }
+}
+
+/// A `Post` request in domain terms.
+pub fn post_from_pb(r: pb::PostRequest) -> Result<PostRequest, LedgerError> {
+    Ok(PostRequest {
+        idempotency_key: r.idempotency_key,
+        legs: r
+            .legs
+            .into_iter()
+            .map(|l| LegRequest {
+                account: l.account,
+                direction: direction_from_pb(l.direction),
+                amount: l.amount,
+            })
+            .collect(),
+        effective_at: opt_time("effective_at", r.effective_at.as_ref())?,
+        memo: r.memo,
+        metadata: metadata(r.metadata),
+    })
+}
+
+/// A `Void` request in domain terms.
+pub fn void_from_pb(r: pb::VoidRequest) -> Result<VoidRequest, LedgerError> {
+    Ok(VoidRequest {
+        idempotency_key: r.idempotency_key,
+        posting_id: r.posting_id,
+        reason: r.reason,
+        effective_at: opt_time("effective_at", r.effective_at.as_ref())?,
+    })
+}
+
+/// A posting message.
+pub fn posting_to_pb(p: &Posting) -> pb::Posting {
+    pb::Posting {
+        posting_id: p.posting_id.to_string(),
+        sequence: p.sequence,
+        idempotency_key: p.idempotency_key.clone(),
+        legs: p
+            .legs
+            .iter()
+            .map(|l| pb::Leg {
+                account: l.account.clone(),
+                direction: direction_to_pb(l.direction),
+                amount: l.amount.to_string(),
+            })
+            .collect(),
+        effective_at: Some(time_to_pb(p.effective_at)),
+        recorded_at: Some(time_to_pb(p.recorded_at)),
+        memo: p.memo.clone(),
+        metadata: metadata_to_pb(&p.metadata),
+        voids_posting_id: p
+            .voids_posting_id
+            .map(|u| u.to_string())
+            .unwrap_or_default(),
+        voided_by_posting_id: p
+            .voided_by_posting_id
+            .map(|u| u.to_string())
+            .unwrap_or_default(),
+        void_reason: p.void_reason.clone().unwrap_or_default(),
+        caller: p.caller.clone(),
+    }
+}
+
+/// A requested cut-off.
+pub fn as_of_from_pb(a: Option<pb::AsOf>) -> Result<AsOf, LedgerError> {
+    let a = a.unwrap_or_default();
+    Ok(AsOf {
+        recorded_at: opt_time("as_of.recorded_at", a.recorded_at.as_ref())?,
+        effective_at: opt_time("as_of.effective_at", a.effective_at.as_ref())?,
+    })
+}
+
+fn applied_to_pb(a: &AppliedAsOf) -> pb::AsOf {
+    pb::AsOf {
+        recorded_at: Some(time_to_pb(a.recorded_at)),
+        effective_at: Some(time_to_pb(a.effective_at)),
+    }
+}
+
+/// A balance message; amounts at the account's scale.
+pub fn balance_to_pb(b: &Balance) -> pb::Balance {
+    pb::Balance {
+        account: b.account.clone(),
+        currency: b.currency.clone(),
+        debits: format_minor(b.debits, b.scale),
+        credits: format_minor(b.credits, b.scale),
+        balance: format_minor(b.balance, b.scale),
+        as_of_sequence: b.as_of.sequence,
+        as_of: Some(applied_to_pb(&b.as_of)),
+    }
+}
+
+/// A per-currency total.
+pub fn total_to_pb(t: &CurrencyTotal) -> pb::CurrencyTotal {
+    pb::CurrencyTotal {
+        currency: t.currency.clone(),
+        debits: format_minor(t.debits, t.scale),
+        credits: format_minor(t.credits, t.scale),
+    }
+}
+
+/// A statement line.
+pub fn entry_to_pb(e: &Entry) -> pb::Entry {
+    pb::Entry {
+        posting_id: e.posting_id.to_string(),
+        sequence: e.sequence,
+        recorded_at: Some(time_to_pb(e.recorded_at)),
+        effective_at: Some(time_to_pb(e.effective_at)),
+        direction: direction_to_pb(e.direction),
+        amount: e.amount.to_string(),
+        balance_after: format_minor(e.balance_after, e.amount.scale()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_round_trip_at_microsecond_precision() {
+        let ts = Timestamp {
+            seconds: 1_700_000_000,
+            nanos: 123_456_789,
+        };
+        let t = time_from_pb("t", &ts).unwrap();
+        assert_eq!(
+            time_to_pb(t),
+            Timestamp {
+                seconds: 1_700_000_000,
+                nanos: 123_456_000
+            }
+        );
+        assert!(time_from_pb(
+            "t",
+            &Timestamp {
+                seconds: 0,
+                nanos: -1
+            }
+        )
+        .is_err());
+        assert!(time_from_pb(
+            "t",
+            &Timestamp {
+                seconds: i64::MAX,
+                nanos: 0
+            }
+        )
+        .is_err());
+        assert!(time_from_pb(
+            "t",
+            &Timestamp {
+                seconds: -62_200_000_000,
+                nanos: 0
+            }
+        )
+        .is_err());
+    }
+}

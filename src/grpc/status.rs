@@ -1,0 +1,51 @@
+//! Maps every ledger error to a gRPC status with a `google.rpc.ErrorInfo` detail (domain
+//! `ledger`), in one exhaustive match.
+
+use crate::domain::error::Class;
+use crate::domain::LedgerError;
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+/// The `ErrorInfo` domain of every error.
+pub const ERROR_DOMAIN: &str = "ledger";
+
+/// The status code for an error class.
+pub fn code(class: Class) -> Code {
+    match class {
+        Class::InvalidArgument => Code::InvalidArgument,
+        Class::NotFound => Code::NotFound,
+        Class::FailedPrecondition => Code::FailedPrecondition,
+        Class::Unavailable => Code::Unavailable,
+        Class::Unauthenticated => Code::Unauthenticated,
+        Class::PermissionDenied => Code::PermissionDenied,
+    }
+}
+
+/// A status carrying the reason as `ErrorInfo`.
+pub fn to_status(e: LedgerError) -> Status {
+    let details = ErrorDetails::with_error_info(
+        e.reason.as_str(),
+        ERROR_DOMAIN,
+        std::collections::HashMap::<String, String>::new(),
+    );
+    Status::with_error_details(code(e.reason.class()), e.message, details)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::error::ALL_REASONS;
+
+    #[test]
+    fn every_reason_maps_to_its_code_with_error_info() {
+        for r in ALL_REASONS {
+            let s = to_status(LedgerError::new(r, "msg"));
+            let info = s.get_details_error_info().expect("error info");
+            assert_eq!(info.reason, r.as_str());
+            assert_eq!(info.domain, "ledger");
+            assert_eq!(s.message(), "msg");
+            assert_ne!(s.code(), Code::Internal);
+            assert_ne!(s.code(), Code::Unknown);
+        }
+    }
+}

@@ -1,0 +1,10 @@
+//! The ledger service: an append-only double-entry ledger over gRPC and PostgreSQL.
+
+pub mod cli;
+pub mod domain;
+pub mod embedded_pg;
+pub mod grpc;
+pub mod server;
+pub mod service;
+pub mod storage;
+pub mod writer;

@@ -1,0 +1,627 @@
+//! The writer's batch transaction: under the ledger's advisory lock, claim every idempotency
+//! key with one `INSERT … ON CONFLICT DO NOTHING` (the UNIQUE constraint decides which
+//! requests are new), decide the new ones in order against balances held in memory, then
+//! write postings, legs, rejections, outbox rows and totals with one statement per table,
+//! and commit once. Nothing is answered before the commit.
+
+use super::accounts::{account_from_row, metadata_to_json};
+use super::read::{direction_to_sql, postings_by_sequence, stored_rejection};
+use super::{StorageError, LEDGER_WRITE_LOCK};
+use crate::domain::amount::{parse_stored, Amount};
+use crate::domain::engine::{Engine, Rule, Totals};
+use crate::domain::posting::{check_balanced, Fingerprint, Leg, ValidPost, ValidVoid};
+use crate::domain::record::{Decided, PostedLeg, Posting};
+use crate::domain::{Account, LedgerError, Metadata, Reason};
+use std::collections::{HashMap, HashSet};
+use time::{Duration, OffsetDateTime};
+use uuid::Uuid;
+
+/// What a caller asked the writer to do.
+#[derive(Clone, Debug)]
+pub enum Command {
+    Post(ValidPost),
+    Void(ValidVoid),
+}
+
+impl Command {
+    fn key(&self) -> &str {
+        match self {
+            Command::Post(p) => &p.idempotency_key,
+            Command::Void(v) => &v.idempotency_key,
+        }
+    }
+    fn operation(&self) -> &'static str {
+        match self {
+            Command::Post(_) => "post",
+            Command::Void(_) => "void",
+        }
+    }
+    fn fingerprint(&self) -> &Fingerprint {
+        match self {
+            Command::Post(p) => &p.fingerprint,
+            Command::Void(v) => &v.fingerprint,
+        }
+    }
+}
+
+/// One request in a batch.
+#[derive(Clone, Debug)]
+pub struct WriteRequest {
+    pub caller: String,
+    pub command: Command,
+}
+
+/// The answer to one request.
+pub type Outcome = Result<Decided, LedgerError>;
+
+/// How a key was decided: by which operation and fingerprint, with what outcome.
+struct Decision {
+    operation: String,
+    fingerprint: Vec<u8>,
+    /// Index of the request in this batch that decided the key now (None: decided earlier).
+    decided_by: Option<usize>,
+    outcome: Result<Posting, LedgerError>,
+}
+
+/// Applies a batch in one transaction. Returns one outcome per request, in order, only after
+/// the commit succeeded. Any error means nothing of the batch may be assumed (the commit's
+/// fate may be unknown): every caller must be told `UNAVAILABLE`.
+pub async fn apply(
+    client: &mut deadpool_postgres::Client,
+    requests: &[WriteRequest],
+) -> Result<Vec<Outcome>, StorageError> {
+    assert!(!requests.is_empty(), "empty batch");
+    let tx = client.transaction().await?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&LEDGER_WRITE_LOCK])
+        .await?;
+    // After the lock: a new snapshot sees every earlier batch; the clock is read after any
+    // reader that fenced a cut-off released its shared lock.
+    let state = tx
+        .query_one(
+            "SELECT last_sequence, last_recorded_at, clock_timestamp() AS now FROM ledger_state WHERE ledger_id = 1 FOR UPDATE",
+            &[],
+        )
+        .await?;
+    let last_sequence: i64 = state.get("last_sequence");
+    let last_recorded: OffsetDateTime = state.get("last_recorded_at");
+    let now: OffsetDateTime = state.get("now");
+    // Strictly after the clock any fenced reader saw, and after the last batch.
+    let base = (now + Duration::microseconds(1)).max(last_recorded + Duration::microseconds(1));
+
+    // The first request of each (caller, key) goes to the database; later ones in the batch
+    // are answered from it.
+    let mut first: HashMap<(&str, &str), usize> = HashMap::new();
+    for (i, r) in requests.iter().enumerate() {
+        first
+            .entry((r.caller.as_str(), r.command.key()))
+            .or_insert(i);
+    }
+    let mut firsts: Vec<usize> = first.values().copied().collect();
+    firsts.sort_unstable();
+
+    // Claim the keys: the UNIQUE constraint says which are new.
+    let callers: Vec<&str> = firsts
+        .iter()
+        .map(|&i| requests[i].caller.as_str())
+        .collect();
+    let keys: Vec<&str> = firsts.iter().map(|&i| requests[i].command.key()).collect();
+    let ops: Vec<&str> = firsts
+        .iter()
+        .map(|&i| requests[i].command.operation())
+        .collect();
+    let fps: Vec<&[u8]> = firsts
+        .iter()
+        .map(|&i| requests[i].command.fingerprint().as_slice())
+        .collect();
+    let claimed_rows = tx
+        .query(
+            "INSERT INTO idempotency_keys (caller, idempotency_key, operation, fingerprint, decided_at)
+             SELECT c, k, o, f, $5 FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[]) AS u(c, k, o, f)
+             ON CONFLICT ON CONSTRAINT idempotency_keys_unique DO NOTHING
+             RETURNING caller, idempotency_key",
+            &[&callers, &keys, &ops, &fps, &base],
+        )
+        .await?;
+    let claimed: HashSet<(String, String)> =
+        claimed_rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+
+    let mut decisions: HashMap<(String, String), Decision> = HashMap::new();
+
+    // Keys decided earlier: read their decision.
+    let replay_idx: Vec<usize> = firsts
+        .iter()
+        .copied()
+        .filter(|&i| {
+            !claimed.contains(&(
+                requests[i].caller.clone(),
+                requests[i].command.key().to_owned(),
+            ))
+        })
+        .collect();
+    if !replay_idx.is_empty() {
+        let rc: Vec<&str> = replay_idx
+            .iter()
+            .map(|&i| requests[i].caller.as_str())
+            .collect();
+        let rk: Vec<&str> = replay_idx
+            .iter()
+            .map(|&i| requests[i].command.key())
+            .collect();
+        let rows = tx
+            .query(
+                "SELECT k.caller, k.idempotency_key, k.operation, k.fingerprint, p.sequence, r.reason, r.message
+                 FROM unnest($1::text[], $2::text[]) AS u(c, k)
+                 JOIN idempotency_keys k ON k.caller = u.c AND k.idempotency_key = u.k
+                 LEFT JOIN postings p ON p.caller = k.caller AND p.idempotency_key = k.idempotency_key
+                 LEFT JOIN rejections r ON r.caller = k.caller AND r.idempotency_key = k.idempotency_key",
+                &[&rc, &rk],
+            )
+            .await?;
+        assert_eq!(
+            rows.len(),
+            replay_idx.len(),
+            "a key that conflicted must exist"
+        );
+        let seqs: Vec<i64> = rows
+            .iter()
+            .filter_map(|r| r.get::<_, Option<i64>>("sequence"))
+            .collect();
+        let mut postings: HashMap<i64, Posting> = postings_by_sequence(&tx, &seqs)
+            .await?
+            .into_iter()
+            .map(|p| (p.sequence as i64, p))
+            .collect();
+        for r in rows {
+            let outcome = match r.get::<_, Option<i64>>("sequence") {
+                Some(seq) => Ok(postings.remove(&seq).expect("replayed posting loaded")),
+                None => Err(stored_rejection(r.get("reason"), r.get("message"))),
+            };
+            decisions.insert(
+                (r.get("caller"), r.get("idempotency_key")),
+                Decision {
+                    operation: r.get("operation"),
+                    fingerprint: r.get("fingerprint"),
+                    decided_by: None,
+                    outcome,
+                },
+            );
+        }
+    }
+
+    // New keys: gather void targets and the accounts every new request touches.
+    let new_idx: Vec<usize> = firsts
+        .iter()
+        .copied()
+        .filter(|&i| {
+            claimed.contains(&(
+                requests[i].caller.clone(),
+                requests[i].command.key().to_owned(),
+            ))
+        })
+        .collect();
+    let target_ids: Vec<Uuid> = new_idx
+        .iter()
+        .filter_map(|&i| match &requests[i].command {
+            Command::Void(v) => Some(v.target),
+            Command::Post(_) => None,
+        })
+        .collect();
+    let mut targets: HashMap<Uuid, Posting> = HashMap::new();
+    if !target_ids.is_empty() {
+        let rows = tx
+            .query(
+                "SELECT sequence FROM postings WHERE posting_id = ANY($1)",
+                &[&target_ids],
+            )
+            .await?;
+        let seqs: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+        for p in postings_by_sequence(&tx, &seqs).await? {
+            targets.insert(p.posting_id, p);
+        }
+    }
+    let mut codes: Vec<String> = Vec::new();
+    let mut ids: Vec<i64> = Vec::new();
+    for &i in &new_idx {
+        match &requests[i].command {
+            Command::Post(p) => ids.extend(p.legs.iter().map(|l| l.account_id)),
+            Command::Void(v) => {
+                if let Some(t) = targets.get(&v.target) {
+                    codes.extend(t.legs.iter().map(|l| l.account.clone()));
+                }
+            }
+        }
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    codes.sort_unstable();
+    codes.dedup();
+    let account_rows = tx
+        .query(
+            "SELECT a.account_id, a.code, a.currency, a.scale, a.normal_balance, a.allow_negative, a.metadata, a.created_at,
+                    t.debits::text AS debits, t.credits::text AS credits, t.version
+             FROM accounts a JOIN account_totals t USING (account_id)
+             WHERE a.account_id = ANY($1) OR a.code = ANY($2)",
+            &[&ids, &codes],
+        )
+        .await?;
+    let mut totals = HashMap::new();
+    let mut rules = HashMap::new();
+    let mut by_code: HashMap<String, Account> = HashMap::new();
+    for r in &account_rows {
+        let a = account_from_row(r);
+        totals.insert(
+            a.id,
+            Totals {
+                debits: parse_stored(r.get("debits"), a.scale),
+                credits: parse_stored(r.get("credits"), a.scale),
+                version: r.get("version"),
+            },
+        );
+        rules.insert(
+            a.id,
+            Rule {
+                code: a.code.clone(),
+                currency: a.currency.clone(),
+                scale: a.scale,
+                normal_balance: a.normal_balance,
+                allow_negative: a.allow_negative,
+            },
+        );
+        by_code.insert(a.code.clone(), a);
+    }
+    let mut engine = Engine::new(totals, rules);
+
+    // Decide the new requests in order.
+    let mut rows = Rows::default();
+    let mut voided_now: HashMap<Uuid, Uuid> = HashMap::new();
+    let mut next_sequence = last_sequence;
+    for &i in &new_idx {
+        let req = &requests[i];
+        let proposal: Result<(Vec<Leg>, NewPosting), LedgerError> = match &req.command {
+            Command::Post(p) => Ok((
+                p.legs.clone(),
+                NewPosting {
+                    effective_at: p.effective_at,
+                    memo: p.memo.clone(),
+                    metadata: p.metadata.clone(),
+                    voids: None,
+                },
+            )),
+            Command::Void(v) => {
+                let target = targets
+                    .get(&v.target)
+                    .unwrap_or_else(|| panic!("void target {} was checked to exist", v.target));
+                if let Some(of) = target.voids_posting_id {
+                    Err(LedgerError::new(
+                        Reason::VoidOfVoid,
+                        format!(
+                            "posting {} is itself a void (of {of}); a void cannot be voided",
+                            target.posting_id
+                        ),
+                    ))
+                } else if let Some(by) = target
+                    .voided_by_posting_id
+                    .or_else(|| voided_now.get(&target.posting_id).copied())
+                {
+                    Err(LedgerError::new(
+                        Reason::AlreadyVoided,
+                        format!(
+                            "posting {} was already voided by posting {by}",
+                            target.posting_id
+                        ),
+                    ))
+                } else {
+                    let legs = target
+                        .legs
+                        .iter()
+                        .map(|l| {
+                            let a = &by_code[&l.account];
+                            Leg {
+                                account_id: a.id,
+                                account_code: a.code.clone(),
+                                currency: a.currency.clone(),
+                                direction: l.direction.swapped(),
+                                amount: l.amount,
+                            }
+                        })
+                        .collect();
+                    Ok((
+                        legs,
+                        NewPosting {
+                            effective_at: v.effective_at,
+                            memo: String::new(),
+                            metadata: Metadata::new(),
+                            voids: Some((target.posting_id, v.reason.clone())),
+                        },
+                    ))
+                }
+            }
+        };
+        let decided = proposal.and_then(|(legs, new)| {
+            let effects = engine.apply(&legs)?;
+            next_sequence += 1;
+            let offset = next_sequence - last_sequence - 1;
+            let recorded_at = base + Duration::microseconds(offset);
+            let posting_id = Uuid::now_v7();
+            if let Some((target, _)) = &new.voids {
+                voided_now.insert(*target, posting_id);
+            }
+            let posting = rows.push_posting(
+                next_sequence,
+                posting_id,
+                recorded_at,
+                &req.caller,
+                req.command.key(),
+                &legs,
+                &effects,
+                new,
+            );
+            Ok(posting)
+        });
+        if let Err(e) = &decided {
+            assert!(
+                e.binds_key(),
+                "writer rejection {e} must be state-dependent"
+            );
+            rows.push_rejection(&req.caller, req.command.key(), e);
+        }
+        decisions.insert(
+            (req.caller.clone(), req.command.key().to_owned()),
+            Decision {
+                operation: req.command.operation().to_owned(),
+                fingerprint: req.command.fingerprint().to_vec(),
+                decided_by: Some(i),
+                outcome: decided,
+            },
+        );
+    }
+
+    // Write the batch: one statement per table, pipelined on the connection.
+    let final_totals = engine.into_totals();
+    rows.write(&tx, &final_totals, next_sequence, base).await?;
+    tx.commit().await?;
+
+    // Answer every request from its key's decision.
+    Ok(requests
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let d = &decisions[&(r.caller.clone(), r.command.key().to_owned())];
+            if d.decided_by == Some(i) {
+                return d.outcome.clone().map(|posting| Decided { posting, replayed: false });
+            }
+            if d.operation != r.command.operation() || d.fingerprint != r.command.fingerprint() {
+                return Err(LedgerError::new(
+                    Reason::IdempotencyKeyReused,
+                    format!(
+                        "idempotency key {:?} was already used by caller {:?} for a different {} request; send a new key for a new request",
+                        r.command.key(),
+                        r.caller,
+                        d.operation
+                    ),
+                ));
+            }
+            d.outcome.clone().map(|posting| Decided { posting, replayed: true })
+        })
+        .collect())
+}
+
+/// A posting being made, before it has a sequence.
+struct NewPosting {
+    effective_at: Option<OffsetDateTime>,
+    memo: String,
+    metadata: Metadata,
+    voids: Option<(Uuid, String)>,
+}
+
+/// Column arrays for the batch's multi-row inserts.
+#[derive(Default)]
+struct Rows {
+    p_seq: Vec<i64>,
+    p_id: Vec<Uuid>,
+    p_caller: Vec<String>,
+    p_key: Vec<String>,
+    p_effective: Vec<OffsetDateTime>,
+    p_recorded: Vec<OffsetDateTime>,
+    p_memo: Vec<String>,
+    p_meta: Vec<serde_json::Value>,
+    p_voids: Vec<Option<Uuid>>,
+    p_reason: Vec<Option<String>>,
+    e_seq: Vec<i64>,
+    e_leg: Vec<i16>,
+    e_account: Vec<i64>,
+    e_dir: Vec<i8>,
+    e_amount: Vec<String>,
+    e_version: Vec<i64>,
+    e_debits: Vec<String>,
+    e_credits: Vec<String>,
+    e_recorded: Vec<OffsetDateTime>,
+    e_effective: Vec<OffsetDateTime>,
+    r_caller: Vec<String>,
+    r_key: Vec<String>,
+    r_reason: Vec<String>,
+    r_message: Vec<String>,
+    last_seq_of_account: HashMap<i64, i64>,
+    scale_of_account: HashMap<i64, u8>,
+}
+
+impl Rows {
+    #[allow(clippy::too_many_arguments)]
+    fn push_posting(
+        &mut self,
+        sequence: i64,
+        posting_id: Uuid,
+        recorded_at: OffsetDateTime,
+        caller: &str,
+        key: &str,
+        legs: &[Leg],
+        effects: &[crate::domain::engine::LegEffect],
+        new: NewPosting,
+    ) -> Posting {
+        // Before the write: the posting balances and every leg has its effect.
+        check_balanced(legs)
+            .unwrap_or_else(|e| panic!("unbalanced posting reached the writer: {e}"));
+        assert_eq!(legs.len(), effects.len());
+        let effective_at = new.effective_at.unwrap_or(recorded_at);
+        self.p_seq.push(sequence);
+        self.p_id.push(posting_id);
+        self.p_caller.push(caller.to_owned());
+        self.p_key.push(key.to_owned());
+        self.p_effective.push(effective_at);
+        self.p_recorded.push(recorded_at);
+        self.p_memo.push(new.memo.clone());
+        self.p_meta.push(metadata_to_json(&new.metadata));
+        self.p_voids.push(new.voids.as_ref().map(|v| v.0));
+        self.p_reason.push(new.voids.as_ref().map(|v| v.1.clone()));
+        for (i, (leg, eff)) in legs.iter().zip(effects).enumerate() {
+            assert_eq!(leg.account_id, eff.account_id);
+            let scale = leg.amount.scale();
+            self.e_seq.push(sequence);
+            self.e_leg.push(i as i16);
+            self.e_account.push(leg.account_id);
+            self.e_dir.push(direction_to_sql(leg.direction));
+            self.e_amount.push(leg.amount.to_string());
+            self.e_version.push(eff.after.version);
+            self.e_debits
+                .push(Amount::from_minor(eff.after.debits, scale).to_string());
+            self.e_credits
+                .push(Amount::from_minor(eff.after.credits, scale).to_string());
+            self.e_recorded.push(recorded_at);
+            self.e_effective.push(effective_at);
+            self.last_seq_of_account.insert(leg.account_id, sequence);
+            self.scale_of_account.insert(leg.account_id, scale);
+        }
+        let posting = Posting {
+            posting_id,
+            sequence: sequence as u64,
+            caller: caller.to_owned(),
+            idempotency_key: key.to_owned(),
+            legs: legs
+                .iter()
+                .map(|l| PostedLeg {
+                    account: l.account_code.clone(),
+                    direction: l.direction,
+                    amount: l.amount,
+                })
+                .collect(),
+            effective_at,
+            recorded_at,
+            memo: new.memo,
+            metadata: new.metadata,
+            voids_posting_id: new.voids.as_ref().map(|v| v.0),
+            voided_by_posting_id: None,
+            void_reason: new.voids.map(|v| v.1),
+        };
+        posting.assert_sound();
+        posting
+    }
+
+    fn push_rejection(&mut self, caller: &str, key: &str, e: &LedgerError) {
+        self.r_caller.push(caller.to_owned());
+        self.r_key.push(key.to_owned());
+        self.r_reason.push(e.reason.as_str().to_owned());
+        self.r_message.push(e.message.clone());
+    }
+
+    async fn write(
+        &self,
+        tx: &deadpool_postgres::Transaction<'_>,
+        totals: &HashMap<i64, Totals>,
+        last_sequence: i64,
+        base: OffsetDateTime,
+    ) -> Result<(), StorageError> {
+        let t_ids: Vec<i64> = self.last_seq_of_account.keys().copied().collect();
+        let mut t_debits = Vec::with_capacity(t_ids.len());
+        let mut t_credits = Vec::with_capacity(t_ids.len());
+        let mut t_version = Vec::with_capacity(t_ids.len());
+        let mut t_last = Vec::with_capacity(t_ids.len());
+        for id in &t_ids {
+            let t = totals[id];
+            let scale = self.scale_of_account[id];
+            t_debits.push(Amount::from_minor(t.debits, scale).to_string());
+            t_credits.push(Amount::from_minor(t.credits, scale).to_string());
+            t_version.push(t.version);
+            t_last.push(self.last_seq_of_account[id]);
+        }
+        let postings = async {
+            if self.p_seq.is_empty() {
+                return Ok(0);
+            }
+            tx.execute(
+                "INSERT INTO postings (sequence, posting_id, caller, idempotency_key, effective_at, recorded_at, memo, metadata, voids_posting_id, void_reason)
+                 SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::text[], $8::jsonb[], $9::uuid[], $10::text[])",
+                &[&self.p_seq, &self.p_id, &self.p_caller, &self.p_key, &self.p_effective, &self.p_recorded, &self.p_memo, &self.p_meta, &self.p_voids, &self.p_reason],
+            )
+            .await
+        };
+        let entries = async {
+            if self.e_seq.is_empty() {
+                return Ok(0);
+            }
+            tx.execute(
+                "INSERT INTO entries (sequence, leg_index, account_id, direction, amount, account_version, debits_after, credits_after, recorded_at, effective_at)
+                 SELECT s, l, a, d, am::numeric, v, da::numeric, ca::numeric, r, e
+                 FROM unnest($1::bigint[], $2::int2[], $3::bigint[], $4::\"char\"[], $5::text[], $6::bigint[], $7::text[], $8::text[], $9::timestamptz[], $10::timestamptz[])
+                      AS u(s, l, a, d, am, v, da, ca, r, e)",
+                &[&self.e_seq, &self.e_leg, &self.e_account, &self.e_dir, &self.e_amount, &self.e_version, &self.e_debits, &self.e_credits, &self.e_recorded, &self.e_effective],
+            )
+            .await
+        };
+        let rejections = async {
+            if self.r_caller.is_empty() {
+                return Ok(0);
+            }
+            tx.execute(
+                "INSERT INTO rejections (caller, idempotency_key, reason, message)
+                 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[])",
+                &[&self.r_caller, &self.r_key, &self.r_reason, &self.r_message],
+            )
+            .await
+        };
+        let outbox = async {
+            if self.p_seq.is_empty() {
+                return Ok(0);
+            }
+            tx.execute(
+                "INSERT INTO outbox (sequence, posting_id, created_at)
+                 SELECT s, p, $3 FROM unnest($1::bigint[], $2::uuid[]) AS u(s, p)",
+                &[&self.p_seq, &self.p_id, &base],
+            )
+            .await
+        };
+        let totals_update = async {
+            if t_ids.is_empty() {
+                return Ok(0);
+            }
+            tx.execute(
+                "UPDATE account_totals t SET debits = u.d::numeric, credits = u.c::numeric, version = u.v, last_sequence = u.s
+                 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::bigint[]) AS u(id, d, c, v, s)
+                 WHERE t.account_id = u.id",
+                &[&t_ids, &t_debits, &t_credits, &t_version, &t_last],
+            )
+            .await
+        };
+        let state = async {
+            if self.p_seq.is_empty() {
+                return Ok(0);
+            }
+            let last_recorded = *self.p_recorded.last().expect("postings");
+            tx.execute(
+                "UPDATE ledger_state SET last_sequence = $1, last_recorded_at = $2 WHERE ledger_id = 1",
+                &[&last_sequence, &last_recorded],
+            )
+            .await
+        };
+        let (p, e, _, o, t, _) =
+            futures_util::try_join!(postings, entries, rejections, outbox, totals_update, state)?;
+        assert_eq!(p as usize, self.p_seq.len());
+        assert_eq!(e as usize, self.e_seq.len());
+        assert_eq!(o as usize, self.p_seq.len());
+        assert_eq!(
+            t as usize,
+            t_ids.len(),
+            "every touched account has a totals row"
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,145 @@
+//! The only module that speaks SQL: connection pool, migrations, the writer's batch
+//! transaction, and the read queries.
+
+pub mod accounts;
+pub mod batch;
+pub mod migrate;
+pub mod read;
+
+use std::fmt;
+use std::str::FromStr;
+
+pub use migrate::migrate;
+
+/// Advisory lock serializing the writers of the ledger (transaction-scoped, exclusive for a
+/// batch, shared for a moment by readers that fence a cut-off).
+pub const LEDGER_WRITE_LOCK: i64 = 0x4c45_4447_0001;
+/// Advisory lock held while migrating.
+pub const MIGRATION_LOCK: i64 = 0x4c45_4447_0002;
+/// Advisory lock electing the one active outbox publisher.
+pub const PUBLISHER_LOCK: i64 = 0x4c45_4447_0003;
+
+/// Connections in the pool, by default (limit: `--pool-size`).
+pub const DEFAULT_POOL_SIZE: usize = 16;
+
+/// A storage failure. Whether the operation took effect may be unknown.
+#[derive(Debug)]
+pub enum StorageError {
+    /// The database refused or the connection failed.
+    Db(tokio_postgres::Error),
+    /// No connection could be had from the pool.
+    Pool(String),
+    /// The connection string is not valid.
+    Config(String),
+    /// A migration failed.
+    Migration {
+        version: String,
+        error: tokio_postgres::Error,
+    },
+}
+
+impl fmt::Display for StorageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StorageError::Db(e) => match e.as_db_error() {
+                Some(db) => write!(f, "database error {}: {}", db.code().code(), db.message()),
+                None => write!(f, "database connection error: {e}"),
+            },
+            StorageError::Pool(e) => write!(f, "no database connection: {e}"),
+            StorageError::Config(e) => write!(f, "invalid database URL: {e}"),
+            StorageError::Migration { version, error } => {
+                write!(
+                    f,
+                    "migration {version} failed: {}",
+                    StorageError::db_display(error)
+                )
+            }
+        }
+    }
+}
+
+impl StorageError {
+    fn db_display(e: &tokio_postgres::Error) -> String {
+        match e.as_db_error() {
+            Some(db) => format!("{}: {}", db.code().code(), db.message()),
+            None => e.to_string(),
+        }
+    }
+
+    /// The SQLSTATE of a database error, if it is one.
+    pub fn sqlstate(&self) -> Option<&str> {
+        match self {
+            StorageError::Db(e) | StorageError::Migration { error: e, .. } => {
+                e.as_db_error().map(|d| d.code().code())
+            }
+            _ => None,
+        }
+    }
+}
+
+impl std::error::Error for StorageError {}
+
+impl From<tokio_postgres::Error> for StorageError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        StorageError::Db(e)
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for StorageError {
+    fn from(e: deadpool_postgres::PoolError) -> Self {
+        match e {
+            deadpool_postgres::PoolError::Backend(e) => StorageError::Db(e),
+            other => StorageError::Pool(other.to_string()),
+        }
+    }
+}
+
+/// The pool type the service uses.
+pub type Pool = deadpool_postgres::Pool;
+
+/// Parses a database URL (`postgres://…` or `host=… dbname=…`).
+pub fn parse_config(database_url: &str) -> Result<tokio_postgres::Config, StorageError> {
+    let mut cfg = tokio_postgres::Config::from_str(database_url)
+        .map_err(|e| StorageError::Config(e.to_string()))?;
+    if cfg.get_application_name().is_none() {
+        cfg.application_name("ledger");
+    }
+    if cfg.get_connect_timeout().is_none() {
+        cfg.connect_timeout(std::time::Duration::from_secs(5));
+    }
+    cfg.keepalives(true);
+    cfg.keepalives_idle(std::time::Duration::from_secs(10));
+    Ok(cfg)
+}
+
+/// Builds a pool of at most `size` connections. Connections are made lazily.
+pub fn pool(database_url: &str, size: usize) -> Result<Pool, StorageError> {
+    let cfg = parse_config(database_url)?;
+    let mgr = deadpool_postgres::Manager::from_config(
+        cfg,
+        tokio_postgres::NoTls,
+        deadpool_postgres::ManagerConfig {
+            recycling_method: deadpool_postgres::RecyclingMethod::Verified,
+        },
+    );
+    deadpool_postgres::Pool::builder(mgr)
+        .max_size(size)
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .wait_timeout(Some(std::time::Duration::from_secs(10)))
+        .create_timeout(Some(std::time::Duration::from_secs(5)))
+        .recycle_timeout(Some(std::time::Duration::from_secs(5)))
+        .build()
+        .map_err(|e| StorageError::Pool(e.to_string()))
+}
+
+/// Opens one connection outside any pool (migrations, `ledger check`).
+pub async fn connect(database_url: &str) -> Result<tokio_postgres::Client, StorageError> {
+    let cfg = parse_config(database_url)?;
+    let (client, conn) = cfg.connect(tokio_postgres::NoTls).await?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "database connection closed");
+        }
+    });
+    Ok(client)
+}

@@ -1,0 +1,369 @@
+//! Read queries: postings, balances and statements at a bitemporal cut-off.
+
+use super::accounts::metadata_from_json;
+use super::{StorageError, LEDGER_WRITE_LOCK};
+use crate::domain::amount::{parse_stored, Amount};
+use crate::domain::engine::balance_of;
+use crate::domain::record::{AppliedAsOf, AsOf, Balance, Entry, PostedLeg, Posting};
+use crate::domain::{Account, Direction, LedgerError, Reason};
+use deadpool_postgres::GenericClient;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// Direction as stored in a `"char"` column.
+pub(crate) fn direction_to_sql(d: Direction) -> i8 {
+    match d {
+        Direction::Debit => b'D' as i8,
+        Direction::Credit => b'C' as i8,
+    }
+}
+
+pub(crate) fn direction_from_sql(c: i8) -> Direction {
+    match c as u8 {
+        b'D' => Direction::Debit,
+        b'C' => Direction::Credit,
+        other => panic!("stored direction {other}"),
+    }
+}
+
+const POSTING_COLUMNS: &str = "p.sequence, p.posting_id, p.caller, p.idempotency_key, p.effective_at,
+     p.recorded_at, p.memo, p.metadata, p.voids_posting_id, p.void_reason, v.posting_id AS voided_by";
+
+/// Loads postings (with legs and `voided_by`) by sequence, in sequence order.
+pub async fn postings_by_sequence(
+    client: &impl GenericClient,
+    sequences: &[i64],
+) -> Result<Vec<Posting>, StorageError> {
+    if sequences.is_empty() {
+        return Ok(Vec::new());
+    }
+    let heads_sql = format!(
+        "SELECT {POSTING_COLUMNS} FROM postings p
+         LEFT JOIN postings v ON v.voids_posting_id = p.posting_id
+         WHERE p.sequence = ANY($1) ORDER BY p.sequence"
+    );
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&sequences];
+    let heads = client.query(heads_sql.as_str(), &params);
+    let legs = client.query(
+        "SELECT e.sequence, e.leg_index, a.code, a.scale, e.direction, e.amount::text AS amount
+         FROM entries e JOIN accounts a USING (account_id)
+         WHERE e.sequence = ANY($1) ORDER BY e.sequence, e.leg_index",
+        &params,
+    );
+    let (heads, legs) = futures_util::future::try_join(heads, legs).await?;
+    let mut legs = legs.into_iter().peekable();
+    let mut out = Vec::with_capacity(heads.len());
+    for h in heads {
+        let sequence: i64 = h.get("sequence");
+        let mut p = Posting {
+            posting_id: h.get("posting_id"),
+            sequence: sequence as u64,
+            caller: h.get("caller"),
+            idempotency_key: h.get("idempotency_key"),
+            legs: Vec::new(),
+            effective_at: h.get("effective_at"),
+            recorded_at: h.get("recorded_at"),
+            memo: h.get("memo"),
+            metadata: metadata_from_json(h.get("metadata")),
+            voids_posting_id: h.get("voids_posting_id"),
+            voided_by_posting_id: h.get("voided_by"),
+            void_reason: h.get("void_reason"),
+        };
+        while let Some(l) = legs.next_if(|l| l.get::<_, i64>("sequence") == sequence) {
+            let index: i16 = l.get("leg_index");
+            assert_eq!(
+                index as usize,
+                p.legs.len(),
+                "posting {sequence} leg {index} out of order"
+            );
+            let scale = l.get::<_, i16>("scale") as u8;
+            let minor = parse_stored(l.get("amount"), scale);
+            p.legs.push(PostedLeg {
+                account: l.get("code"),
+                direction: direction_from_sql(l.get("direction")),
+                amount: Amount::from_minor(minor, scale),
+            });
+        }
+        p.assert_sound();
+        out.push(p);
+    }
+    assert!(legs.next().is_none(), "legs without a posting");
+    Ok(out)
+}
+
+/// A posting by id.
+pub async fn posting_by_id(
+    client: &impl GenericClient,
+    id: Uuid,
+) -> Result<Option<Posting>, StorageError> {
+    let row = client
+        .query_opt(
+            "SELECT sequence FROM postings WHERE posting_id = $1",
+            &[&id],
+        )
+        .await?;
+    match row {
+        None => Ok(None),
+        Some(r) => Ok(postings_by_sequence(client, &[r.get(0)]).await?.pop()),
+    }
+}
+
+/// A posting by its caller's idempotency key, or the stored rejection of that key.
+pub async fn posting_by_key(
+    client: &impl GenericClient,
+    caller: &str,
+    key: &str,
+) -> Result<Option<Result<Posting, LedgerError>>, StorageError> {
+    let row = client
+        .query_opt(
+            "SELECT p.sequence, r.reason, r.message FROM idempotency_keys k
+             LEFT JOIN postings p USING (caller, idempotency_key)
+             LEFT JOIN rejections r USING (caller, idempotency_key)
+             WHERE k.caller = $1 AND k.idempotency_key = $2",
+            &[&caller, &key],
+        )
+        .await?;
+    let Some(row) = row else { return Ok(None) };
+    match row.get::<_, Option<i64>>("sequence") {
+        Some(seq) => Ok(postings_by_sequence(client, &[seq]).await?.pop().map(Ok)),
+        None => Ok(Some(Err(stored_rejection(
+            row.get("reason"),
+            row.get("message"),
+        )))),
+    }
+}
+
+/// A rejection read back from storage.
+pub(crate) fn stored_rejection(reason: Option<String>, message: Option<String>) -> LedgerError {
+    let reason = reason.expect("a decided key has a posting or a rejection");
+    LedgerError::new(
+        Reason::from_str_exact(&reason).unwrap_or_else(|| panic!("stored reason {reason:?}")),
+        message.expect("rejection message"),
+    )
+}
+
+/// Postings in sequence order after `after`, optionally only those touching an account.
+pub async fn list_postings(
+    client: &impl GenericClient,
+    account_id: Option<i64>,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<Posting>, StorageError> {
+    let rows =
+        match account_id {
+            Some(id) => {
+                client
+                    .query(
+                        "SELECT DISTINCT sequence FROM entries
+                     WHERE account_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3",
+                        &[&id, &after, &limit],
+                    )
+                    .await?
+            }
+            None => client
+                .query(
+                    "SELECT sequence FROM postings WHERE sequence > $1 ORDER BY sequence LIMIT $2",
+                    &[&after, &limit],
+                )
+                .await?,
+        };
+    let seqs: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+    postings_by_sequence(client, &seqs).await
+}
+
+/// Resolves a requested cut-off into the one applied, fenced so the answer can never change:
+/// when the recorded cut-off lies after the last committed batch, take the writers' advisory
+/// lock in shared mode for a moment, so a batch in flight (whose `recorded_at` may fall before
+/// the cut-off) commits first; batches after it get a later `recorded_at` (see the writer).
+pub async fn resolve_as_of(
+    client: &mut deadpool_postgres::Client,
+    as_of: AsOf,
+) -> Result<Result<AppliedAsOf, LedgerError>, StorageError> {
+    let tx = client.transaction().await?;
+    let row = tx
+        .query_one(
+            "SELECT clock_timestamp() AS now, last_sequence, last_recorded_at FROM ledger_state WHERE ledger_id = 1",
+            &[],
+        )
+        .await?;
+    let now: OffsetDateTime = row.get("now");
+    let mut last_sequence: i64 = row.get("last_sequence");
+    let mut last_recorded: OffsetDateTime = row.get("last_recorded_at");
+    if let Some(r) = as_of.recorded_at {
+        if r > now {
+            return Ok(Err(LedgerError::new(
+                Reason::AsOfInFuture,
+                format!("as_of.recorded_at {r} is in the future (the ledger's clock reads {now}); the ledger cannot answer for a time it has not reached"),
+            )));
+        }
+    }
+    let mut recorded_at = as_of.recorded_at.unwrap_or(now);
+    if recorded_at > last_recorded {
+        tx.execute(
+            "SELECT pg_advisory_xact_lock_shared($1)",
+            &[&LEDGER_WRITE_LOCK],
+        )
+        .await?;
+        let row = tx
+            .query_one(
+                "SELECT clock_timestamp() AS now, last_sequence, last_recorded_at FROM ledger_state WHERE ledger_id = 1",
+                &[],
+            )
+            .await?;
+        last_sequence = row.get("last_sequence");
+        last_recorded = row.get("last_recorded_at");
+        if as_of.recorded_at.is_none() {
+            recorded_at = row.get("now");
+        }
+    }
+    let sequence: i64 = if recorded_at >= last_recorded {
+        last_sequence
+    } else {
+        tx.query_one(
+            "SELECT coalesce(max(sequence), 0) FROM postings WHERE recorded_at <= $1",
+            &[&recorded_at],
+        )
+        .await?
+        .get(0)
+    };
+    tx.commit().await?;
+    let effective_at = as_of.effective_at.unwrap_or(recorded_at);
+    Ok(Ok(AppliedAsOf {
+        recorded_at,
+        effective_at,
+        sequence: sequence as u64,
+    }))
+}
+
+/// Debits and credits of accounts at a cut-off, computed without summing history:
+/// the running totals of the account's last leg at or before sequence `m` (the last one
+/// recorded by the effective cut-off, or the recorded cut-off if earlier), minus its
+/// future-dated legs up to `m` effective after the cut-off, plus its back-dated legs after `m`
+/// effective by the cut-off. Both corrections use partial indexes of the irregular legs.
+const TOTALS_AT: &str = "
+    SELECT a.account_id,
+           (coalesce(p.debits_after, 0) - coalesce(f.d, 0) + coalesce(b.d, 0))::text AS debits,
+           (coalesce(p.credits_after, 0) - coalesce(f.c, 0) + coalesce(b.c, 0))::text AS credits
+    FROM unnest($1::bigint[]) AS a(account_id)
+    LEFT JOIN LATERAL (
+        SELECT debits_after, credits_after FROM entries e
+        WHERE e.account_id = a.account_id AND e.sequence <= $2
+        ORDER BY e.sequence DESC, e.account_version DESC LIMIT 1) p ON true
+    LEFT JOIN LATERAL (
+        SELECT sum(amount) FILTER (WHERE direction = 'D') AS d, sum(amount) FILTER (WHERE direction = 'C') AS c
+        FROM entries e
+        WHERE e.account_id = a.account_id AND e.effective_at > e.recorded_at
+          AND e.effective_at > $4 AND e.sequence <= $2) f ON true
+    LEFT JOIN LATERAL (
+        SELECT sum(amount) FILTER (WHERE direction = 'D') AS d, sum(amount) FILTER (WHERE direction = 'C') AS c
+        FROM entries e
+        WHERE e.account_id = a.account_id AND e.effective_at < e.recorded_at
+          AND e.sequence > $2 AND e.sequence <= $3 AND e.effective_at <= $4) b ON true";
+
+/// The sequence bound `m` of [`TOTALS_AT`]: the last sequence recorded by the effective cut-off,
+/// capped at the recorded cut-off's sequence.
+async fn effective_bound(
+    client: &impl GenericClient,
+    at: &AppliedAsOf,
+) -> Result<i64, StorageError> {
+    if at.effective_at >= at.recorded_at {
+        return Ok(at.sequence as i64);
+    }
+    let row = client
+        .query_one(
+            "SELECT coalesce(max(sequence), 0) FROM postings WHERE recorded_at <= $1",
+            &[&at.effective_at],
+        )
+        .await?;
+    Ok(row.get::<_, i64>(0).min(at.sequence as i64))
+}
+
+/// Balances of accounts at a cut-off, in the order given.
+pub async fn balances(
+    client: &impl GenericClient,
+    accounts: &[Account],
+    at: &AppliedAsOf,
+) -> Result<Vec<Balance>, StorageError> {
+    let m = effective_bound(client, at).await?;
+    let ids: Vec<i64> = accounts.iter().map(|a| a.id).collect();
+    let rows = client
+        .query(
+            TOTALS_AT,
+            &[&ids, &m, &(at.sequence as i64), &at.effective_at],
+        )
+        .await?;
+    assert_eq!(rows.len(), accounts.len());
+    Ok(accounts
+        .iter()
+        .zip(rows)
+        .map(|(a, r)| {
+            assert_eq!(r.get::<_, i64>("account_id"), a.id);
+            let debits = parse_stored(r.get("debits"), a.scale);
+            let credits = parse_stored(r.get("credits"), a.scale);
+            assert!(
+                debits >= 0 && credits >= 0,
+                "account {} totals negative at {at:?}",
+                a.code
+            );
+            Balance {
+                account: a.code.clone(),
+                currency: a.currency.clone(),
+                scale: a.scale,
+                debits,
+                credits,
+                balance: balance_of(a.normal_balance, debits, credits),
+                as_of: *at,
+            }
+        })
+        .collect())
+}
+
+/// An account's entries included by a cut-off, in sequence order, after `(after_sequence,
+/// after_leg)`. `balance_after` is left at 0: the caller computes the running balance.
+pub async fn entries(
+    client: &impl GenericClient,
+    account: &Account,
+    at: &AppliedAsOf,
+    after: (i64, i16),
+    limit: i64,
+) -> Result<Vec<(Entry, i16)>, StorageError> {
+    let rows = client
+        .query(
+            "SELECT e.sequence, e.leg_index, p.posting_id, e.recorded_at, e.effective_at, e.direction, e.amount::text AS amount
+             FROM entries e JOIN postings p USING (sequence)
+             WHERE e.account_id = $1 AND (e.sequence, e.leg_index) > ($2, $3)
+               AND e.sequence <= $4 AND e.effective_at <= $5
+             ORDER BY e.sequence, e.leg_index LIMIT $6",
+            &[&account.id, &after.0, &after.1, &(at.sequence as i64), &at.effective_at, &limit],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let entry = Entry {
+                posting_id: r.get("posting_id"),
+                sequence: r.get::<_, i64>("sequence") as u64,
+                recorded_at: r.get("recorded_at"),
+                effective_at: r.get("effective_at"),
+                direction: direction_from_sql(r.get("direction")),
+                amount: Amount::from_minor(
+                    parse_stored(r.get("amount"), account.scale),
+                    account.scale,
+                ),
+                balance_after: 0,
+            };
+            (entry, r.get("leg_index"))
+        })
+        .collect())
+}
+
+/// The key that makes page tokens tamper-evident.
+pub async fn page_token_key(client: &impl GenericClient) -> Result<Vec<u8>, StorageError> {
+    Ok(client
+        .query_one(
+            "SELECT page_token_key FROM ledger_secret WHERE ledger_id = 1",
+            &[],
+        )
+        .await?
+        .get(0))
+}

@@ -1,0 +1,97 @@
+//! The writer task: one per process, it takes whatever requests are queued (up to
+//! [`MAX_BATCH`]), applies them in one transaction through [`storage::batch`], commits once,
+//! then answers each caller. It never waits on a timer: a short queue makes a small batch,
+//! and under load batches grow by themselves (group commit).
+
+use crate::domain::LedgerError;
+use crate::storage::batch::{self, Command, Outcome, WriteRequest};
+use crate::storage::Pool;
+use tokio::sync::{mpsc, oneshot};
+
+/// Requests applied in one transaction, at most.
+pub const MAX_BATCH: usize = 1000;
+/// Requests waiting for the writer, at most; beyond it callers get `UNAVAILABLE`.
+pub const MAX_WRITE_QUEUE: usize = 20_000;
+
+struct Job {
+    request: WriteRequest,
+    reply: oneshot::Sender<Outcome>,
+}
+
+/// A handle to submit requests to the writer task.
+#[derive(Clone)]
+pub struct Writer {
+    queue: mpsc::Sender<Job>,
+}
+
+/// Observes batches (metrics); called after each batch with its size and outcome.
+pub type BatchObserver = std::sync::Arc<dyn Fn(usize, bool) + Send + Sync>;
+
+impl Writer {
+    /// Starts the writer task on the current runtime. It ends when every handle is dropped.
+    pub fn spawn(pool: Pool, observer: Option<BatchObserver>) -> Writer {
+        let (tx, rx) = mpsc::channel(MAX_WRITE_QUEUE);
+        tokio::spawn(run(pool, rx, observer));
+        Writer { queue: tx }
+    }
+
+    /// Submits one request and waits for its decision.
+    pub async fn submit(&self, caller: String, command: Command) -> Outcome {
+        let (reply, answer) = oneshot::channel();
+        let job = Job {
+            request: WriteRequest { caller, command },
+            reply,
+        };
+        self.queue.try_send(job).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => LedgerError::unavailable(format!(
+                "the write queue is full ({MAX_WRITE_QUEUE} requests, limit MAX_WRITE_QUEUE)"
+            )),
+            mpsc::error::TrySendError::Closed(_) => {
+                LedgerError::unavailable("the writer has stopped")
+            }
+        })?;
+        answer
+            .await
+            .map_err(|_| LedgerError::unavailable("the writer stopped before answering"))?
+    }
+}
+
+async fn run(pool: Pool, mut rx: mpsc::Receiver<Job>, observer: Option<BatchObserver>) {
+    let mut jobs: Vec<Job> = Vec::with_capacity(MAX_BATCH);
+    while let Some(job) = rx.recv().await {
+        jobs.push(job);
+        while jobs.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(job) => jobs.push(job),
+                Err(_) => break,
+            }
+        }
+        // Callers that gave up (deadline, cancel) are left out before the write.
+        jobs.retain(|j| !j.reply.is_closed());
+        if jobs.is_empty() {
+            continue;
+        }
+        let requests: Vec<WriteRequest> = jobs.iter().map(|j| j.request.clone()).collect();
+        let result = match pool.get().await {
+            Ok(mut client) => batch::apply(&mut client, &requests).await,
+            Err(e) => Err(e.into()),
+        };
+        if let Some(o) = &observer {
+            o(jobs.len(), result.is_ok());
+        }
+        match result {
+            Ok(outcomes) => {
+                assert_eq!(outcomes.len(), jobs.len(), "one outcome per request");
+                for (job, outcome) in jobs.drain(..).zip(outcomes) {
+                    let _ = job.reply.send(outcome);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, batch = jobs.len(), "write batch failed; callers told UNAVAILABLE");
+                for job in jobs.drain(..) {
+                    let _ = job.reply.send(Err(LedgerError::unavailable(&e)));
+                }
+            }
+        }
+    }
+}

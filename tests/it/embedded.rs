@@ -1,0 +1,134 @@
+//! The default mode: `ledger serve` without a database URL runs its own PostgreSQL.
+
+use crate::support::*;
+use ledger::grpc::pb;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A free TCP port on loopback (bound then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn serve(data_dir: &std::path::Path, port: u16) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_ledger"))
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
+        .arg(data_dir)
+        .env_remove("DATABASE_URL")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("ledger serve starts")
+}
+
+async fn wait_for_client(port: u16) -> pb::ledger_client::LedgerClient<tonic::transport::Channel> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(ch) = tonic::transport::Channel::from_shared(format!("http://127.0.0.1:{port}"))
+            .unwrap()
+            .connect()
+            .await
+        {
+            return pb::ledger_client::LedgerClient::new(ch);
+        }
+        assert!(Instant::now() < deadline, "server did not come up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn sigterm_and_wait(mut child: Child) {
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success(), "exit status {status:?}");
+            return;
+        }
+        assert!(Instant::now() < deadline, "server did not stop on SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn postmaster_alive(data_dir: &std::path::Path) -> bool {
+    let pid_file = data_dir.join("pgdata/postmaster.pid");
+    let Ok(text) = std::fs::read_to_string(pid_file) else {
+        return false;
+    };
+    let Some(pid) = text
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse::<i32>().ok())
+    else {
+        return false;
+    };
+    // A zombie awaiting its reaper is not running.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat.split(") ").nth(1).is_some_and(|s| s.starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+#[tokio::test]
+async fn embedded_default_starts_as_root_keeps_data_across_a_restart_and_leaves_no_postgres_running(
+) {
+    let dir =
+        std::env::temp_dir().join(format!("ledger-embedded-{}", uuid::Uuid::now_v7().simple()));
+    let port = free_port();
+    let child = serve(&dir, port);
+    let mut c = wait_for_client(port).await;
+    for (code, normal, neg) in [
+        ("equity:world", pb::NormalBalance::Credit, true),
+        ("acct:0", pb::NormalBalance::Debit, false),
+    ] {
+        c.create_account(pb::CreateAccountRequest {
+            code: code.into(),
+            currency: "EUR".into(),
+            scale: 2,
+            normal_balance: normal as i32,
+            allow_negative: neg,
+            metadata: Default::default(),
+        })
+        .await
+        .unwrap();
+    }
+    c.post(transfer("k", "equity:world", "acct:0", "12.34"))
+        .await
+        .unwrap();
+    drop(c);
+    sigterm_and_wait(child).await;
+    assert!(
+        !postmaster_alive(&dir),
+        "PostgreSQL stopped with the server"
+    );
+
+    let child = serve(&dir, port);
+    let mut c = wait_for_client(port).await;
+    let b = c
+        .get_balance(pb::GetBalanceRequest {
+            account: "acct:0".into(),
+            as_of: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(b.balance, "12.34", "data kept across the restart");
+    let replay = c
+        .post(transfer("k", "equity:world", "acct:0", "12.34"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(replay.replayed);
+    drop(c);
+    sigterm_and_wait(child).await;
+    assert!(!postmaster_alive(&dir));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,169 @@
+//! Test support: a real PostgreSQL per test process, a fresh migrated database per test, and
+//! the real server booted on port 0.
+
+#![allow(dead_code)]
+
+pub mod pg;
+
+use ledger::grpc::pb;
+use ledger::grpc::pb::ledger_client::LedgerClient;
+use ledger::server::{self, RunningServer, ServerOptions};
+use tonic::transport::Channel;
+use tonic_types::StatusExt;
+
+/// A server on its own fresh database, and a client to it.
+pub struct TestLedger {
+    pub server: Option<RunningServer>,
+    pub database_url: String,
+    pub client: LedgerClient<Channel>,
+}
+
+impl TestLedger {
+    /// Boots a server on a fresh database.
+    pub async fn start() -> TestLedger {
+        let url = pg::shared_cluster().fresh_database().await;
+        Self::on_database(url).await
+    }
+
+    /// Boots a server on an existing database.
+    pub async fn on_database(url: String) -> TestLedger {
+        let server = server::start(ServerOptions {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            database_url: url.clone(),
+            pool_size: 8,
+        })
+        .await
+        .expect("server starts");
+        let client = connect(server.local_addr).await;
+        TestLedger {
+            server: Some(server),
+            database_url: url,
+            client,
+        }
+    }
+
+    /// A new client connection (for concurrent callers).
+    pub async fn new_client(&self) -> LedgerClient<Channel> {
+        connect(self.server.as_ref().unwrap().local_addr).await
+    }
+
+    /// A direct database connection (to inspect or attack the tables).
+    pub async fn db(&self) -> tokio_postgres::Client {
+        ledger::storage::connect(&self.database_url)
+            .await
+            .expect("db connects")
+    }
+
+    /// Rows in a table.
+    pub async fn count(&self, table: &str) -> i64 {
+        self.db()
+            .await
+            .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+            .await
+            .unwrap()
+            .get(0)
+    }
+
+    /// Creates an account (panics on error).
+    pub async fn account(
+        &mut self,
+        code: &str,
+        currency: &str,
+        scale: u32,
+        normal: pb::NormalBalance,
+        allow_negative: bool,
+    ) {
+        self.client
+            .create_account(pb::CreateAccountRequest {
+                code: code.into(),
+                currency: currency.into(),
+                scale,
+                normal_balance: normal as i32,
+                allow_negative,
+                metadata: Default::default(),
+            })
+            .await
+            .expect("account created");
+    }
+
+    /// A funding source that may go negative, and `n` EUR asset accounts `acct:0..n`.
+    pub async fn standard_accounts(&mut self, n: usize) {
+        self.account("equity:world", "EUR", 2, pb::NormalBalance::Credit, true)
+            .await;
+        for i in 0..n {
+            self.account(
+                &format!("acct:{i}"),
+                "EUR",
+                2,
+                pb::NormalBalance::Debit,
+                false,
+            )
+            .await;
+        }
+    }
+
+    pub async fn post(&mut self, req: pb::PostRequest) -> Result<pb::PostResponse, tonic::Status> {
+        self.client.post(req).await.map(|r| r.into_inner())
+    }
+
+    pub async fn balance(&mut self, account: &str, as_of: Option<pb::AsOf>) -> pb::Balance {
+        self.client
+            .get_balance(pb::GetBalanceRequest {
+                account: account.into(),
+                as_of,
+            })
+            .await
+            .expect("balance")
+            .into_inner()
+    }
+}
+
+/// Connects a client.
+pub async fn connect(addr: std::net::SocketAddr) -> LedgerClient<Channel> {
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .expect("client connects");
+    LedgerClient::new(channel)
+}
+
+/// A leg.
+pub fn leg(account: &str, direction: pb::Direction, amount: &str) -> pb::Leg {
+    pb::Leg {
+        account: account.into(),
+        direction: direction as i32,
+        amount: amount.into(),
+    }
+}
+
+/// A two-leg transfer: debit `to`, credit `from`.
+pub fn transfer(key: &str, from: &str, to: &str, amount: &str) -> pb::PostRequest {
+    pb::PostRequest {
+        idempotency_key: key.into(),
+        legs: vec![
+            leg(to, pb::Direction::Debit, amount),
+            leg(from, pb::Direction::Credit, amount),
+        ],
+        effective_at: None,
+        memo: String::new(),
+        metadata: Default::default(),
+    }
+}
+
+/// The `ErrorInfo` reason of a status.
+pub fn reason(s: &tonic::Status) -> String {
+    let info = s
+        .get_details_error_info()
+        .unwrap_or_else(|| panic!("status without ErrorInfo: {s:?}"));
+    assert_eq!(info.domain, "ledger");
+    info.reason
+}
+
+/// Asserts a status has this code and reason.
+#[track_caller]
+pub fn assert_error(s: &tonic::Status, code: tonic::Code, want: &str) {
+    assert_eq!(s.code(), code, "{s:?}");
+    assert_eq!(reason(s), want, "{s:?}");
+    assert!(!s.message().is_empty());
+}
