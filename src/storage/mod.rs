@@ -4,6 +4,7 @@
 pub mod accounts;
 pub mod batch;
 pub mod migrate;
+pub mod outbox;
 pub mod read;
 
 use std::fmt;
