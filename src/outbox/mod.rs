@@ -45,10 +45,10 @@
 
 mod publisher;
 
-pub use crate::storage::outbox::Backlog;
 use crate::domain::record::Posting;
 use crate::grpc::convert::posting_to_pb;
 use crate::grpc::pb;
+pub use crate::storage::outbox::Backlog;
 use crate::storage::StorageError;
 pub use publisher::run;
 use std::time::Duration;
@@ -59,10 +59,6 @@ pub const SUBJECT: &str = "ledger.postings";
 pub const STREAM: &str = "LEDGER";
 /// Subjects of the stream when the publisher creates it.
 pub const STREAM_SUBJECTS: &str = "ledger.>";
-/// Header that names the event for the broker's de-duplication: the posting id.
-pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
-/// Header that makes the broker refuse an event unless the previous one is the stream's last.
-pub const EXPECTED_LAST_MSG_ID_HEADER: &str = "Nats-Expected-Last-Msg-Id";
 
 /// Default de-duplication window of the stream the publisher creates. It must cover the
 /// publisher's restart time (a crash between ack and progress re-publishes after the restart).
@@ -170,9 +166,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (digits, unit) = s.split_at(split);
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("invalid duration {s:?}: expected a number and a unit (ms, s, m, h, d), e.g. 2m"))?;
+    let n: u64 = digits.parse().map_err(|_| {
+        format!("invalid duration {s:?}: expected a number and a unit (ms, s, m, h, d), e.g. 2m")
+    })?;
     let unit_ms: u64 = match unit {
         "ms" => 1,
         "" | "s" => 1_000,

@@ -2,8 +2,8 @@
 
 use super::{
     event_payload, Backoff, Failpoint, PublisherOptions, ACK_TIMEOUT, BACKLOG_LOG_INTERVAL,
-    EXPECTED_LAST_MSG_ID_HEADER, MSG_ID_HEADER, PRUNE_BATCH, PRUNE_INTERVAL_MAX, PUBLISH_BATCH,
-    POLL_INTERVAL, STANDBY_RETRY, STREAM, STREAM_SUBJECTS, SUBJECT,
+    POLL_INTERVAL, PRUNE_BATCH, PRUNE_INTERVAL_MAX, PUBLISH_BATCH, STANDBY_RETRY, STREAM,
+    STREAM_SUBJECTS, SUBJECT,
 };
 use crate::storage::{self, outbox as store, read};
 use async_nats::jetstream::{self, context::PublishErrorKind, stream};
@@ -112,10 +112,7 @@ enum Failure {
     /// wrote to the stream): publish again from it, without the header.
     ChainBroken(String),
     /// Broker unreachable, slow, or the stream missing: retry after a backoff.
-    Transient {
-        error: String,
-        stream_missing: bool,
-    },
+    Transient { error: String, stream_missing: bool },
     /// The broker refuses the event itself: halt here (loudly) and retry after a backoff.
     Refused(String),
 }
@@ -154,9 +151,12 @@ async fn publish_batch(js: &jetstream::Context, events: &[(String, Vec<u8>)]) ->
     let mut send_failure = None;
     for (i, (id, payload)) in events.iter().enumerate() {
         let mut headers = async_nats::HeaderMap::new();
-        headers.insert(MSG_ID_HEADER, id.as_str());
+        headers.insert(async_nats::header::NATS_MESSAGE_ID, id.as_str());
         if i > 0 {
-            headers.insert(EXPECTED_LAST_MSG_ID_HEADER, events[i - 1].0.as_str());
+            headers.insert(
+                async_nats::header::NATS_EXPECTED_LAST_MESSAGE_ID,
+                events[i - 1].0.as_str(),
+            );
         }
         match js
             .publish_with_headers(SUBJECT, headers, payload.clone().into())
@@ -223,7 +223,8 @@ impl<'a> Active<'a> {
             nats_url = %self.opts.nats_url,
             "outbox publisher active"
         );
-        let prune_every = (self.opts.retention / 10).clamp(Duration::from_secs(1), PRUNE_INTERVAL_MAX);
+        let prune_every =
+            (self.opts.retention / 10).clamp(Duration::from_secs(1), PRUNE_INTERVAL_MAX);
         let mut next_prune = Instant::now();
         let mut next_log = Instant::now();
         loop {
@@ -262,17 +263,28 @@ impl<'a> Active<'a> {
             }
             let sequences: Vec<i64> = pending.iter().map(|e| e.sequence).collect();
             let postings = read::postings_by_sequence(client, &sequences).await?;
-            assert_eq!(postings.len(), pending.len(), "outbox rows without postings");
+            assert_eq!(
+                postings.len(),
+                pending.len(),
+                "outbox rows without postings"
+            );
             let events: Vec<(String, Vec<u8>)> = pending
                 .iter()
                 .zip(&postings)
                 .map(|(ev, p)| {
-                    assert_eq!(ev.posting_id, p.posting_id, "outbox row {} names another posting", ev.sequence);
+                    assert_eq!(
+                        ev.posting_id, p.posting_id,
+                        "outbox row {} names another posting",
+                        ev.sequence
+                    );
                     (p.posting_id.to_string(), event_payload(p))
                 })
                 .collect();
             if self.failpoint == Some(Failpoint::BeforePublish) {
-                tracing::error!(first_sequence = sequences[0], "failpoint outbox-before-publish: aborting");
+                tracing::error!(
+                    first_sequence = sequences[0],
+                    "failpoint outbox-before-publish: aborting"
+                );
                 std::process::abort();
             }
 
@@ -291,7 +303,10 @@ impl<'a> Active<'a> {
             let outcome = publish_batch(&js, &events).await;
             if outcome.acked > 0 {
                 if self.failpoint == Some(Failpoint::AfterPublishBeforeProgress) {
-                    tracing::error!(acked = outcome.acked, "failpoint outbox-after-publish-before-progress: aborting");
+                    tracing::error!(
+                        acked = outcome.acked,
+                        "failpoint outbox-after-publish-before-progress: aborting"
+                    );
                     std::process::abort();
                 }
                 let last = sequences[outcome.acked - 1];

@@ -9,7 +9,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0001_journal",
         include_str!("../../migrations/0001_journal.sql"),
     ),
-    ("0002_outbox", include_str!("../../migrations/0002_outbox.sql")),
+    (
+        "0002_outbox",
+        include_str!("../../migrations/0002_outbox.sql"),
+    ),
 ];
 
 /// Applies every migration not yet applied. Safe to run from several processes at once.

@@ -7,9 +7,9 @@
 //! deletion of an outbox row that is not delivered yet.
 
 use super::{StorageError, PUBLISHER_LOCK};
+use deadpool_postgres::GenericClient;
 use std::time::Duration;
 use time::OffsetDateTime;
-use deadpool_postgres::GenericClient;
 use uuid::Uuid;
 
 /// An outbox row not yet delivered.
@@ -77,7 +77,10 @@ pub async fn pending(
 /// Records that every event up to `sequence` is delivered. Returns false (and changes
 /// nothing) when the recorded progress is already beyond it, which only another publisher
 /// could have done: the caller must stop publishing.
-pub async fn record_progress(client: &impl GenericClient, sequence: i64) -> Result<bool, StorageError> {
+pub async fn record_progress(
+    client: &impl GenericClient,
+    sequence: i64,
+) -> Result<bool, StorageError> {
     let n = client
         .execute(
             "UPDATE outbox_progress SET published_sequence = $1, updated_at = clock_timestamp()

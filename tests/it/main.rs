@@ -6,6 +6,7 @@ mod accounts;
 mod append_only;
 mod embedded;
 mod idempotency;
+mod outbox;
 mod posting;
 mod reads;
 mod void;
