@@ -608,3 +608,47 @@ async fn an_event_the_broker_refuses_halts_the_publisher_in_order_until_the_stre
         ]
     );
 }
+
+/// Measurement, not a test (`cargo test --test it outbox::measure -- --ignored --nocapture`):
+/// builds a backlog of `LEDGER_MEASURE_EVENTS` (default 20,000) postings with no publisher,
+/// then times one `ledger relay` draining it.
+#[tokio::test]
+#[ignore]
+async fn measure_backlog_drain_rate() {
+    let n: usize = std::env::var("LEDGER_MEASURE_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    let nats = NatsServer::start().await;
+    let mut t = TestLedger::start().await;
+    t.standard_accounts(16).await;
+    let workers = 32;
+    let mut tasks = Vec::new();
+    for w in 0..workers {
+        let mut client = t.new_client().await;
+        tasks.push(tokio::spawn(async move {
+            for i in (w..n).step_by(workers) {
+                client
+                    .post(transfer(
+                        &format!("m{i}"),
+                        "equity:world",
+                        &format!("acct:{}", i % 16),
+                        "0.01",
+                    ))
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(backlog(&t.database_url).await.pending, n as i64);
+    let _relay = Relay::start(&t.database_url, &nats.url(), &[], None);
+    let took = wait_delivered(&t.database_url, Duration::from_secs(600)).await;
+    eprintln!(
+        "drained {n} events in {took:?} (relay start included): {:.0} events/s",
+        n as f64 / took.as_secs_f64()
+    );
+    assert_eq!(nats.read_stream().await.len(), n);
+}
