@@ -158,13 +158,19 @@ async fn publish_batch(js: &jetstream::Context, events: &[(String, Vec<u8>)]) ->
                 events[i - 1].0.as_str(),
             );
         }
-        match js
-            .publish_with_headers(SUBJECT, headers, payload.clone().into())
-            .await
-        {
-            Ok(ack) => acks.push(ack),
-            Err(e) => {
+        // Sending can wait (the client's buffer is full while it is disconnected): bounded.
+        let send = js.publish_with_headers(SUBJECT, headers, payload.clone().into());
+        match tokio::time::timeout(ACK_TIMEOUT, send).await {
+            Ok(Ok(ack)) => acks.push(ack),
+            Ok(Err(e)) => {
                 send_failure = Some(classify(e));
+                break;
+            }
+            Err(_) => {
+                send_failure = Some(Failure::Transient {
+                    error: format!("publish not sent within {ACK_TIMEOUT:?}"),
+                    stream_missing: false,
+                });
                 break;
             }
         }
@@ -293,7 +299,6 @@ impl<'a> Active<'a> {
                 Err(e) => {
                     let delay = self.backoff.next_delay();
                     tracing::warn!(error = %e, retry_in = ?delay, pending_from = sequences[0], "outbox publisher: broker unavailable");
-                    self.broker = None;
                     if sleep_or_stop(shutdown, delay).await {
                         return Ok(());
                     }
@@ -350,6 +355,8 @@ impl<'a> Active<'a> {
                     error,
                     stream_missing,
                 } => {
+                    // The client reconnects by itself (a dropped one would too, and flush its
+                    // queue later): keep it, but create the stream again if it went missing.
                     if stream_missing {
                         if let Some(b) = &mut self.broker {
                             b.stream_ready = false;
