@@ -159,14 +159,14 @@ async fn relay_sigkilled_repeatedly_while_postings_flow_delivers_every_posting_o
     }
     let mut kills = 0;
     let began = Instant::now();
-    // Pseudo-random lifetimes between 100 and 600 ms.
+    // Pseudo-random lifetimes between 150 and 750 ms.
     let mut seed = u64::from(std::process::id()) | 1;
     while began.elapsed() < posting_for {
         let mut relay = Relay::start(&t.database_url, &nats.url(), &[], None);
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
-        tokio::time::sleep(Duration::from_millis(100 + seed % 500)).await;
+        tokio::time::sleep(Duration::from_millis(150 + seed % 600)).await;
         relay.kill();
         kills += 1;
     }

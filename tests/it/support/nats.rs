@@ -218,6 +218,17 @@ impl Relay {
             .stderr(log);
         if let Some(fp) = failpoint {
             cmd.env(ledger::outbox::FAILPOINT_ENV, fp);
+            // A failpoint aborts the process: no core file for that.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                    let none = libc::rlimit {
+                        rlim_cur: 0,
+                        rlim_max: 0,
+                    };
+                    libc::setrlimit(libc::RLIMIT_CORE, &none);
+                    Ok(())
+                });
+            }
         }
         Relay {
             child: Some(cmd.spawn().expect("ledger relay starts")),
