@@ -611,7 +611,8 @@ async fn an_event_the_broker_refuses_halts_the_publisher_in_order_until_the_stre
 
 /// Measurement, not a test (`cargo test --test it outbox::measure -- --ignored --nocapture`):
 /// builds a backlog of `LEDGER_MEASURE_EVENTS` (default 20,000) postings with no publisher,
-/// then times one `ledger relay` draining it.
+/// then times one `ledger relay` draining it (`LEDGER_RELAY_BIN=target/release/ledger` to time
+/// a release build of the relay).
 #[tokio::test]
 #[ignore]
 async fn measure_backlog_drain_rate() {

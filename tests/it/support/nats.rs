@@ -207,7 +207,10 @@ impl Relay {
     ) -> Relay {
         let dir = unique_dir("relay");
         let log = std::fs::File::create(dir.join("relay.log")).unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ledger"));
+        // LEDGER_RELAY_BIN: another build of the binary (measurements with a release build).
+        let bin = std::env::var("LEDGER_RELAY_BIN")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_ledger").to_owned());
+        let mut cmd = Command::new(bin);
         cmd.arg("relay")
             .args(["--database-url", database_url, "--nats-url", nats_url])
             .args(args)
