@@ -4,7 +4,10 @@ mod support;
 
 mod accounts;
 mod append_only;
+mod check;
 mod embedded;
+mod faults;
+mod history;
 mod idempotency;
 mod posting;
 mod reads;

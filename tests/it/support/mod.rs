@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod pg;
+pub mod proxy;
 
 use ledger::grpc::pb;
 use ledger::grpc::pb::ledger_client::LedgerClient;
