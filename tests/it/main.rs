@@ -11,4 +11,5 @@ mod history;
 mod idempotency;
 mod posting;
 mod reads;
+mod server_surface;
 mod void;
