@@ -86,6 +86,11 @@ enum Command {
         #[command(flatten)]
         db: DbArgs,
     },
+    /// Verify the journal's invariants on a live database; exit 1 on any violation.
+    Check {
+        #[command(flatten)]
+        db: DbArgs,
+    },
 }
 
 /// Runs the command line; the exit code says whether it succeeded.
@@ -194,7 +199,39 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             );
             Ok(ExitCode::SUCCESS)
         }
+        Command::Check { db } => {
+            let (url, pg) = database(&db).await?;
+            let result = check(&url).await;
+            if let Some(mut pg) = pg {
+                tokio::task::spawn_blocking(move || pg.stop()).await??;
+            }
+            result
+        }
     }
+}
+
+/// Prints the invariant report; the exit code is 1 when any invariant is violated.
+async fn check(url: &str) -> Result<ExitCode, BoxError> {
+    let mut client = crate::storage::connect(url).await?;
+    let findings = crate::storage::check::run(&mut client).await?;
+    let mut violated = 0;
+    for f in &findings {
+        if f.violations == 0 {
+            println!("ok    {}", f.name);
+        } else {
+            violated += 1;
+            println!("FAIL  {} ({} violations)", f.name, f.violations);
+            for e in &f.examples {
+                println!("        {e}");
+            }
+        }
+    }
+    println!("{} invariants checked, {violated} violated", findings.len());
+    Ok(if violated == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 async fn serve(

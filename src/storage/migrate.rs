@@ -13,6 +13,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0002_outbox",
         include_str!("../../migrations/0002_outbox.sql"),
     ),
+    (
+        "0006_check",
+        include_str!("../../migrations/0006_check.sql"),
+    ),
 ];
 
 /// Applies every migration not yet applied. Safe to run from several processes at once.

@@ -3,6 +3,7 @@
 
 pub mod accounts;
 pub mod batch;
+pub mod check;
 pub mod migrate;
 pub mod outbox;
 pub mod read;

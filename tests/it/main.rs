@@ -4,9 +4,13 @@ mod support;
 
 mod accounts;
 mod append_only;
+mod check;
 mod embedded;
+mod faults;
+mod history;
 mod idempotency;
 mod outbox;
 mod posting;
 mod reads;
+mod server_surface;
 mod void;

@@ -5,6 +5,7 @@
 
 pub mod nats;
 pub mod pg;
+pub mod proxy;
 
 use ledger::grpc::pb;
 use ledger::grpc::pb::ledger_client::LedgerClient;
