@@ -653,3 +653,75 @@ async fn measure_backlog_drain_rate() {
     );
     assert_eq!(nats.read_stream().await.len(), n);
 }
+
+#[tokio::test]
+async fn relay_refuses_a_bad_configuration_with_a_reason() {
+    let url = pg::shared_cluster().fresh_database().await;
+    let cases: &[(&[&str], Option<&str>, &str)] = &[
+        (&["--database-url", &url], None, "--nats-url"),
+        (
+            &[
+                "--database-url",
+                &url,
+                "--nats-url",
+                "nats://127.0.0.1:1",
+                "--outbox-retention",
+                "2w",
+            ],
+            None,
+            "unit \"w\"",
+        ),
+        (
+            &["--database-url", &url, "--nats-url", "nats://127.0.0.1:1"],
+            Some("outbox-typo"),
+            "unknown LEDGER_FAILPOINT",
+        ),
+    ];
+    for (args, failpoint, want) in cases {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ledger"));
+        cmd.arg("relay")
+            .args(*args)
+            .env_remove("LEDGER_NATS_URL")
+            .env_remove("DATABASE_URL")
+            .env_remove(ledger::outbox::FAILPOINT_ENV);
+        if let Some(fp) = failpoint {
+            cmd.env(ledger::outbox::FAILPOINT_ENV, fp);
+        }
+        let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+            .await
+            .unwrap();
+        let stderr = strip_ansi(&String::from_utf8_lossy(&out.stderr));
+        assert!(!out.status.success(), "{args:?} {failpoint:?} succeeded");
+        assert!(stderr.contains(want), "{args:?} {failpoint:?}: {stderr}");
+    }
+}
+
+#[tokio::test]
+async fn a_deleted_stream_is_created_again_and_publishing_goes_on() {
+    let nats = NatsServer::start().await;
+    let mut t = TestLedger::start().await;
+    t.standard_accounts(1).await;
+    let _relay = Relay::start(&t.database_url, &nats.url(), &[], None);
+    t.post(transfer("before", "equity:world", "acct:0", "1.00"))
+        .await
+        .unwrap();
+    wait_delivered(&t.database_url, DELIVERY).await;
+    assert_eq!(nats.read_stream().await.len(), 1);
+
+    let js = nats.jetstream().await;
+    js.delete_stream(ledger::outbox::STREAM).await.unwrap();
+    let after = t
+        .post(transfer("after", "equity:world", "acct:0", "1.00"))
+        .await
+        .unwrap()
+        .posting
+        .unwrap();
+    wait_delivered(&t.database_url, DELIVERY).await;
+    let events = nats.read_stream().await;
+    assert_eq!(
+        events.len(),
+        1,
+        "the new stream holds the events after its creation"
+    );
+    assert_eq!(events[0].posting, after);
+}
