@@ -12,8 +12,12 @@ use ledger::grpc::pb::PostingEvent;
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let mut args = std::env::args().skip(1);
-    let url = args.next().unwrap_or_else(|| "nats://127.0.0.1:4222".into());
-    let name = args.next().unwrap_or_else(|| "consume-events-example".into());
+    let url = args
+        .next()
+        .unwrap_or_else(|| "nats://127.0.0.1:4222".into());
+    let name = args
+        .next()
+        .unwrap_or_else(|| "consume-events-example".into());
 
     let js = jetstream::new(async_nats::connect(url).await?);
     let consumer = js
