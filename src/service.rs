@@ -362,10 +362,15 @@ impl Ledger {
         };
         let client = self.client().await?;
         let through = at.sequence as i64;
-        let mut page =
-            storage::read::accounts_with_legs(&client, prefix, after.as_deref(), through, limit + 1)
-                .await
-                .map_err(unavailable)?;
+        let mut page = storage::read::accounts_with_legs(
+            &client,
+            prefix,
+            after.as_deref(),
+            through,
+            limit + 1,
+        )
+        .await
+        .map_err(unavailable)?;
         let next = if page.len() as i64 > limit {
             page.truncate(limit as usize);
             page_token::encode(

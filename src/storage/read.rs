@@ -238,12 +238,9 @@ pub async fn resolve_as_of(
     let sequence: i64 = if recorded_at >= state.last_recorded {
         state.last_sequence
     } else {
-        tx.query_one(
-            &format!("SELECT {SEQUENCE_RECORDED_BY}"),
-            &[&recorded_at],
-        )
-        .await?
-        .get(0)
+        tx.query_one(&format!("SELECT {SEQUENCE_RECORDED_BY}"), &[&recorded_at])
+            .await?
+            .get(0)
     };
     tx.commit().await?;
     let effective_at = as_of.effective_at.unwrap_or(recorded_at);

@@ -4,6 +4,7 @@ mod support;
 
 mod accounts;
 mod append_only;
+mod asof;
 mod embedded;
 mod idempotency;
 mod posting;
