@@ -47,6 +47,8 @@ enum Command {
         #[command(flatten)]
         db: DbArgs,
     },
+    /// Reports for people and spreadsheets (a client of a running server).
+    Report(crate::report::ReportArgs),
 }
 
 /// Runs the command line; the exit code says whether it succeeded.
@@ -133,6 +135,7 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             );
             Ok(ExitCode::SUCCESS)
         }
+        Command::Report(args) => Ok(crate::report::run(args).await?),
     }
 }
 

@@ -4,6 +4,7 @@ pub mod cli;
 pub mod domain;
 pub mod embedded_pg;
 pub mod grpc;
+pub mod report;
 pub mod server;
 pub mod service;
 pub mod storage;

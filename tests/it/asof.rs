@@ -1077,3 +1077,207 @@ proptest! {
             .block_on(run_history(ops));
     }
 }
+
+// ---------- ledger report (the real binary against a test server) ----------
+
+async fn ledger_cli(args: &[&str]) -> (bool, String, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_ledger"))
+        .args(args)
+        .env_remove("LEDGER_SERVER")
+        .output()
+        .await
+        .expect("ledger runs");
+    (
+        out.status.success(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+fn rfc3339(t: OffsetDateTime) -> String {
+    t.format(&time::format_description::well_known::Rfc3339)
+        .unwrap()
+}
+
+#[tokio::test]
+async fn report_commands_print_trial_balance_and_statement_as_table_and_csv() {
+    let mut t = TestLedger::start().await;
+    let mut m = Model::default();
+    model_accounts(&mut t, &mut m).await;
+    let day = Duration::days(1);
+    let p1 = posted(&mut t, transfer("r1", "w", "a:0", "100.00")).await;
+    let (r1, _) = at(&p1);
+    let back = posted(
+        &mut t,
+        transfer_at("r2", "w", "a:1", "7.50", Some(r1 - day)),
+    )
+    .await;
+    posted(&mut t, transfer("r3", "a:0", "a:1", "30.25")).await;
+    let server = format!("http://{}", t.server.as_ref().unwrap().local_addr);
+
+    // Trial balance as CSV: the header, one line per account as ListBalances says, totals.
+    let (ok, csv, err) = ledger_cli(&[
+        "report",
+        "trial-balance",
+        "--server",
+        &server,
+        "--format",
+        "csv",
+    ])
+    .await;
+    assert!(ok, "{err}");
+    let (balances, totals) = all_balances(&mut t.client, "", None, 100).await;
+    let mut want = vec!["account,currency,debits,credits,balance".to_string()];
+    want.extend(balances.iter().map(|b| {
+        format!(
+            "{},{},{},{},{}",
+            b.account, b.currency, b.debits, b.credits, b.balance
+        )
+    }));
+    want.extend(
+        totals
+            .iter()
+            .map(|t| format!("TOTAL,{},{},{},", t.currency, t.debits, t.credits)),
+    );
+    assert_eq!(csv.lines().collect::<Vec<_>>(), want);
+
+    // The same as a table, and with a prefix: aligned columns and balanced totals.
+    let (ok, table, err) = ledger_cli(&[
+        "report",
+        "trial-balance",
+        "--server",
+        &server,
+        "--prefix",
+        "a:",
+    ])
+    .await;
+    assert!(ok, "{err}");
+    assert!(
+        table.starts_with("Trial balance of a:* as recorded at"),
+        "{table}"
+    );
+    let lines: Vec<&str> = table.lines().filter(|l| !l.is_empty()).collect();
+    assert!(
+        lines[1].starts_with("ACCOUNT") && lines[1].ends_with("BALANCE"),
+        "{table}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("a:1 ") && l.ends_with("37.75")),
+        "{table}"
+    );
+    assert!(!table.contains("\nw "), "the prefix keeps w out: {table}");
+    let total = lines.last().unwrap();
+    assert!(
+        total.starts_with("TOTAL") && total.contains("EUR") && total.ends_with(" 30.25"),
+        "{table}"
+    );
+    // Every line of the body is as wide as the heading (aligned).
+    let width = lines[1].len();
+    assert!(lines[2..].iter().all(|l| l.len() <= width), "{table}");
+
+    // Statement as CSV at an effective cut-off before the first posting: only the back-dated
+    // one, whose recorded time is after it.
+    let (ok, csv, err) = ledger_cli(&[
+        "report",
+        "statement",
+        "a:1",
+        "--server",
+        &server,
+        "--format",
+        "csv",
+        "--effective",
+        &rfc3339(r1 - Duration::hours(1)),
+    ])
+    .await;
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(
+        lines[0],
+        "sequence,posting_id,recorded_at,effective_at,debit,credit,balance_after"
+    );
+    assert_eq!(lines.len(), 2, "{csv}");
+    assert!(
+        lines[1].starts_with(&format!("{},{},", back.sequence, back.posting_id)),
+        "{csv}"
+    );
+    assert!(lines[1].ends_with(",7.50,,7.50"), "{csv}");
+
+    // Statement as a table, as recorded right after the first posting.
+    let (ok, table, err) = ledger_cli(&[
+        "report",
+        "statement",
+        "a:0",
+        "--server",
+        &server,
+        "--as-of",
+        &rfc3339(r1),
+    ])
+    .await;
+    assert!(ok, "{err}");
+    assert!(
+        table.starts_with("Statement of a:0 (EUR) as recorded at"),
+        "{table}"
+    );
+    assert!(table.contains("(journal sequence 1)"), "{table}");
+    let total = table.lines().last().unwrap();
+    assert!(
+        total.trim_start().starts_with("TOTAL")
+            && total.contains("1 entry")
+            && total.ends_with("100.00"),
+        "{table}"
+    );
+    // Now: both entries, closing at the balance.
+    let (ok, table, _) = ledger_cli(&["report", "statement", "a:0", "--server", &server]).await;
+    assert!(ok);
+    assert!(table.contains("2 entries"), "{table}");
+    assert!(
+        table
+            .lines()
+            .last()
+            .unwrap()
+            .ends_with(&t.balance("a:0", None).await.balance),
+        "{table}"
+    );
+    // The whole ledger balances.
+    let (ok, table, _) = ledger_cli(&["report", "trial-balance", "--server", &server]).await;
+    assert!(ok);
+    assert!(
+        table.lines().last().unwrap().ends_with("137.75  balanced"),
+        "{table}"
+    );
+
+    // Errors say what was wrong, with the reason, and exit non-zero.
+    for (args, want) in [
+        (
+            vec!["report", "statement", "nope", "--server", &server],
+            "ACCOUNT_NOT_FOUND",
+        ),
+        (
+            vec![
+                "report",
+                "trial-balance",
+                "--server",
+                &server,
+                "--as-of",
+                "2999-01-01T00:00:00Z",
+            ],
+            "AS_OF_IN_FUTURE",
+        ),
+        (
+            vec![
+                "report",
+                "trial-balance",
+                "--server",
+                &server,
+                "--as-of",
+                "yesterday",
+            ],
+            "RFC 3339",
+        ),
+    ] {
+        let (ok, _, err) = ledger_cli(&args).await;
+        assert!(!ok && err.contains(want), "{args:?}: {err}");
+    }
+}
