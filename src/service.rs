@@ -312,8 +312,10 @@ impl Ledger {
     /// An account's balance at a cut-off.
     pub async fn get_balance(&self, account: &str, as_of: AsOf) -> Result<Balance, LedgerError> {
         let account = self.get_account(account).await?;
-        let at = self.resolve(as_of).await?;
-        let client = self.client().await?;
+        let mut client = self.client().await?;
+        let at = storage::read::resolve_as_of(&mut client, as_of)
+            .await
+            .map_err(unavailable)??;
         let mut b = storage::read::balances(&client, std::slice::from_ref(&account), &at)
             .await
             .map_err(unavailable)?;

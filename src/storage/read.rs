@@ -178,41 +178,50 @@ struct LedgerState {
     last_recorded: OffsetDateTime,
 }
 
-async fn ledger_state(client: &impl GenericClient) -> Result<LedgerState, StorageError> {
-    let row = client
-        .query_one(
-            "SELECT clock_timestamp() AS now, last_sequence, last_recorded_at FROM ledger_state WHERE ledger_id = 1",
-            &[],
-        )
-        .await?;
-    Ok(LedgerState {
-        now: row.get("now"),
-        last_sequence: row.get("last_sequence"),
-        last_recorded: row.get("last_recorded_at"),
-    })
-}
+/// The clock, the last committed batch and, when `$1` is given, the last sequence recorded by
+/// `$1`, all from one snapshot. `recorded_at` strictly increases with `sequence`, so the
+/// newest row of the `recorded_at` index at or before `$1` is that sequence (one index probe;
+/// `max(sequence) … WHERE recorded_at <= $1` would read every earlier posting).
+const STATE_AND_SEQUENCE: &str = "
+    SELECT clock_timestamp() AS now, last_sequence, last_recorded_at,
+           CASE WHEN $1::timestamptz IS NULL THEN NULL
+                ELSE coalesce((SELECT sequence FROM postings WHERE recorded_at <= $1
+                               ORDER BY recorded_at DESC LIMIT 1), 0) END AS sequence_by
+    FROM ledger_state WHERE ledger_id = 1";
 
-/// The last sequence recorded at or before `t` (0 if none). `recorded_at` strictly increases
-/// with `sequence`, so the newest row of the `recorded_at` index at or before `t` is it (one
-/// index probe; `max(sequence) … WHERE recorded_at <= t` would read every earlier posting).
-const SEQUENCE_RECORDED_BY: &str = "coalesce((SELECT sequence FROM postings WHERE recorded_at <= $1 ORDER BY recorded_at DESC LIMIT 1), 0)";
+async fn state_and_sequence(
+    client: &impl GenericClient,
+    at: Option<OffsetDateTime>,
+) -> Result<(LedgerState, Option<i64>), StorageError> {
+    let stmt = client.prepare_cached(STATE_AND_SEQUENCE).await?;
+    let row = client.query_one(&stmt, &[&at]).await?;
+    Ok((
+        LedgerState {
+            now: row.get("now"),
+            last_sequence: row.get("last_sequence"),
+            last_recorded: row.get("last_recorded_at"),
+        },
+        row.get("sequence_by"),
+    ))
+}
 
 /// Resolves a requested cut-off into the one applied, fenced so the answer can never change.
 ///
 /// A recorded cut-off at or before the last committed batch is final: every later batch
-/// records after it. A cut-off after it (the ledger was idle, or a batch is in flight) takes
-/// the writers' advisory lock in shared mode for a moment, so a batch in flight (whose
-/// `recorded_at` may fall before the cut-off) commits first; batches after it read the clock
-/// after the lock and record strictly after it (see the writer). Without a recorded cut-off
-/// the ledger answers for its present: the later of its clock and the last batch's
-/// `recorded_at` (the writer may number a large batch a little ahead of the clock, and a
-/// caller must see the posting it was just answered with). A cut-off after both is refused.
+/// records after it (one statement answers). A cut-off after it (the ledger was idle, or a
+/// batch is in flight) takes the writers' advisory lock in shared mode for a moment, so a
+/// batch in flight (whose `recorded_at` may fall before the cut-off) commits first; then,
+/// still holding it, reads the clock and the state afresh (a new statement, so a new snapshot
+/// that sees that batch); batches after it read the clock after the lock and record strictly
+/// after it (see the writer). Without a recorded cut-off the ledger answers for its present:
+/// the later of its clock and the last batch's `recorded_at` (the writer may number a large
+/// batch a little ahead of the clock, and a caller must see the posting it was just answered
+/// with). A cut-off after both is refused.
 pub async fn resolve_as_of(
     client: &mut deadpool_postgres::Client,
     as_of: AsOf,
 ) -> Result<Result<AppliedAsOf, LedgerError>, StorageError> {
-    let tx = client.transaction().await?;
-    let mut state = ledger_state(&tx).await?;
+    let (state, sequence_by) = state_and_sequence(&*client, as_of.recorded_at).await?;
     if let Some(r) = as_of.recorded_at {
         if r > state.now && r > state.last_recorded {
             return Ok(Err(LedgerError::new(
@@ -221,28 +230,44 @@ pub async fn resolve_as_of(
             )));
         }
     }
-    let mut recorded_at = as_of
+    let wanted = as_of
         .recorded_at
         .unwrap_or(state.now.max(state.last_recorded));
-    if recorded_at > state.last_recorded {
-        tx.execute(
-            "SELECT pg_advisory_xact_lock_shared($1)",
-            &[&LEDGER_WRITE_LOCK],
+    let (recorded_at, sequence) = if wanted <= state.last_recorded {
+        let sequence = match sequence_by {
+            Some(s) => s,
+            None => state.last_sequence, // wanted == last_recorded
+        };
+        (wanted, sequence)
+    } else {
+        // The fence: BEGIN, the shared lock, a fresh read under it, COMMIT, pipelined (sent
+        // together, executed in order, each statement after the previous one finished).
+        let lock = client.prepare_cached("SELECT pg_advisory_xact_lock_shared($1)").await?;
+        let read = client.prepare_cached(STATE_AND_SEQUENCE).await?;
+        let none: Option<OffsetDateTime> = None;
+        let c: &tokio_postgres::Client = client;
+        let (_, _, row, _) = futures_util::future::try_join4(
+            c.batch_execute("BEGIN"),
+            c.execute(&lock, &[&LEDGER_WRITE_LOCK]),
+            c.query_one(&read, &[&none]),
+            c.batch_execute("COMMIT"),
         )
         .await?;
-        state = ledger_state(&tx).await?;
-        if as_of.recorded_at.is_none() {
-            recorded_at = state.now.max(state.last_recorded);
+        let state = LedgerState {
+            now: row.get("now"),
+            last_sequence: row.get("last_sequence"),
+            last_recorded: row.get("last_recorded_at"),
+        };
+        match as_of.recorded_at {
+            None => (state.now.max(state.last_recorded), state.last_sequence),
+            Some(r) if r >= state.last_recorded => (r, state.last_sequence),
+            Some(r) => {
+                // A batch committed while we waited, recorded after r: look r up again.
+                let (_, s) = state_and_sequence(&*client, Some(r)).await?;
+                (r, s.expect("a sequence for a given time"))
+            }
         }
-    }
-    let sequence: i64 = if recorded_at >= state.last_recorded {
-        state.last_sequence
-    } else {
-        tx.query_one(&format!("SELECT {SEQUENCE_RECORDED_BY}"), &[&recorded_at])
-            .await?
-            .get(0)
     };
-    tx.commit().await?;
     let effective_at = as_of.effective_at.unwrap_or(recorded_at);
     Ok(Ok(AppliedAsOf {
         recorded_at,
@@ -296,8 +321,9 @@ pub async fn balances(
         return Ok(Vec::new());
     }
     let ids: Vec<i64> = accounts.iter().map(|a| a.id).collect();
+    let stmt = client.prepare_cached(TOTALS_AT).await?;
     let rows = client
-        .query(TOTALS_AT, &[&at.effective_at, &(at.sequence as i64), &ids])
+        .query(&stmt, &[&at.effective_at, &(at.sequence as i64), &ids])
         .await?;
     assert_eq!(rows.len(), accounts.len());
     Ok(accounts
