@@ -209,21 +209,28 @@ async fn scenario(args: &BenchAsOfArgs, url: &str) -> Result<(), BoxError> {
     } else {
         0.0
     };
-    eprintln!(
-        "write path: {:.0} postings/s with the index, {:.0} without ({slowdown:+.1}% slower with it)",
-        mean(&with),
-        mean(&without)
-    );
+    let write = if args.write_rounds == 0 {
+        "null".to_string()
+    } else {
+        eprintln!(
+            "write path: {:.0} postings/s with the index, {:.0} without ({slowdown:+.1}% slower with it)",
+            mean(&with),
+            mean(&without)
+        );
+        format!(
+            r#"{{"with_index_per_s":{:.0},"without_index_per_s":{:.0},"slowdown_percent":{slowdown:.1},"writers":{},"seconds_per_run":{},"rounds":{}}}"#,
+            mean(&with),
+            mean(&without),
+            args.writers,
+            args.write_seconds,
+            args.write_rounds
+        )
+    };
     server.shutdown().await?;
     println!(
-        r#"{{"scenario":"as-of","legs":{},"irregular_legs":{irregular},"load_seconds":{load_secs:.1},"get_balance":[{}],"write":{{"with_index_per_s":{:.0},"without_index_per_s":{:.0},"slowdown_percent":{slowdown:.1},"writers":{},"seconds_per_run":{},"rounds":{}}}}}"#,
+        r#"{{"scenario":"as-of","legs":{},"irregular_legs":{irregular},"load_seconds":{load_secs:.1},"get_balance":[{}],"write":{write}}}"#,
         args.legs,
         reads.join(","),
-        mean(&with),
-        mean(&without),
-        args.writers,
-        args.write_seconds,
-        args.write_rounds
     );
     Ok(())
 }

@@ -155,7 +155,7 @@ pub async fn trial_balance(common: &Common, prefix: &str) -> Result<String, Repo
         }
         token = page.next_page_token;
     };
-    let applied = balances.first().and_then(|b| b.as_of.clone());
+    let applied = balances.first().and_then(|b| b.as_of);
     let sequence = balances.first().map_or(0, |b| b.as_of_sequence);
     Ok(match common.format {
         Format::Csv => {
@@ -253,7 +253,7 @@ pub async fn statement(common: &Common, account: &str) -> Result<String, ReportE
         let page = client
             .list_entries(pb::ListEntriesRequest {
                 account: account.to_owned(),
-                as_of: balance.as_of.clone(),
+                as_of: balance.as_of,
                 page_size: REPORT_PAGE_SIZE,
                 page_token: token,
             })
@@ -277,7 +277,7 @@ pub async fn statement(common: &Common, account: &str) -> Result<String, ReportE
         )));
     }
     let debit = pb::Direction::Debit as i32;
-    let applied = balance.as_of.clone().unwrap_or_default();
+    let applied = balance.as_of.unwrap_or_default();
     Ok(match common.format {
         Format::Csv => {
             let mut out = String::from(

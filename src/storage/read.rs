@@ -242,7 +242,9 @@ pub async fn resolve_as_of(
     } else {
         // The fence: BEGIN, the shared lock, a fresh read under it, COMMIT, pipelined (sent
         // together, executed in order, each statement after the previous one finished).
-        let lock = client.prepare_cached("SELECT pg_advisory_xact_lock_shared($1)").await?;
+        let lock = client
+            .prepare_cached("SELECT pg_advisory_xact_lock_shared($1)")
+            .await?;
         let read = client.prepare_cached(STATE_AND_SEQUENCE).await?;
         let none: Option<OffsetDateTime> = None;
         let c: &tokio_postgres::Client = client;

@@ -195,7 +195,7 @@ async fn assert_balance_matches_model(
     assert_eq!(b.credits, money(c), "{what}");
     assert_eq!(b.balance, money(m.balance(account, r, eff)), "{what}");
     assert_eq!(b.as_of_sequence, m.sequence(r), "{what}");
-    let applied = b.as_of.clone().unwrap();
+    let applied = b.as_of.unwrap();
     assert_eq!(odt(&applied.recorded_at), r, "{what}");
     assert_eq!(odt(&applied.effective_at), eff, "{what}");
     b
@@ -214,7 +214,7 @@ async fn all_entries(
             .client
             .list_entries(pb::ListEntriesRequest {
                 account: account.into(),
-                as_of: cut.clone(),
+                as_of: cut,
                 page_size,
                 page_token: token,
             })
@@ -243,7 +243,7 @@ async fn all_balances(
         let page = client
             .list_balances(pb::ListBalancesRequest {
                 prefix: prefix.into(),
-                as_of: cut.clone(),
+                as_of: cut,
                 page_size,
                 page_token: token,
             })
@@ -327,7 +327,7 @@ async fn back_and_future_dated_postings_count_by_recorded_effective_and_both_cut
         // Effective only: R defaults to now, so the answer is "as we know it now".
         for &e in &instants {
             let b = t.balance(account, as_of(None, Some(e))).await;
-            let r = odt(&b.as_of.clone().unwrap().recorded_at);
+            let r = odt(&b.as_of.unwrap().recorded_at);
             assert!(r >= r_fut);
             assert_eq!(
                 b.balance,
@@ -492,7 +492,7 @@ async fn statement_pages_cover_each_included_entry_once_in_order_with_a_running_
         for page_size in [1, 4, 1000] {
             let got = all_entries(&mut t, "a:0", as_of(r, e), page_size).await;
             let b = t.balance("a:0", as_of(r, e)).await;
-            let applied = b.as_of.clone().unwrap();
+            let applied = b.as_of.unwrap();
             let (ar, ae) = (odt(&applied.recorded_at), odt(&applied.effective_at));
             let want: Vec<&MLeg> = m.included(ar, ae).filter(|l| l.account == "a:0").collect();
             let what = format!("R={r:?} E={e:?} page_size={page_size}");
@@ -681,7 +681,7 @@ async fn a_posting_recorded_ahead_of_the_clock_is_seen_at_once_and_its_time_is_a
     assert_eq!(b.as_of_sequence, seq as u64);
     assert_eq!(b.balance, "2.00");
     // …and the cut-off it reports (the posting's own time) can be asked again.
-    let again = t.balance("a:0", b.as_of.clone()).await;
+    let again = t.balance("a:0", b.as_of).await;
     assert_eq!(again, b);
     assert_eq!(odt(&b.as_of.unwrap().recorded_at), rec);
     // Past the last posting and the clock is still the future.
@@ -703,7 +703,7 @@ async fn a_trial_balance_never_changes_once_answered_even_when_accounts_are_adde
     model_accounts(&mut t, &mut m).await;
     posted(&mut t, transfer("k1", "w", "a:0", "4.00")).await;
     let (first, first_totals) = all_balances(&mut t.client, "", None, 100).await;
-    let cut = first[0].as_of.clone();
+    let cut = first[0].as_of;
     // Later: a new account, one used for the first time, one never used.
     t.account("a:2", "EUR", 2, pb::NormalBalance::Debit, true)
         .await;
@@ -711,7 +711,7 @@ async fn a_trial_balance_never_changes_once_answered_even_when_accounts_are_adde
         .await;
     posted(&mut t, transfer("k2", "w", "a:2", "1.00")).await;
     posted(&mut t, transfer("k3", "w", "a:1", "1.00")).await;
-    let (again, again_totals) = all_balances(&mut t.client, "", cut.clone(), 100).await;
+    let (again, again_totals) = all_balances(&mut t.client, "", cut, 100).await;
     assert_eq!(again, first);
     assert_eq!(again_totals, first_totals);
     let listed: Vec<&str> = first.iter().map(|b| b.account.as_str()).collect();
@@ -821,7 +821,7 @@ async fn answers_taken_while_writers_race_readers_are_the_same_when_asked_again(
                         let e = c
                             .list_entries(pb::ListEntriesRequest {
                                 account: account.clone(),
-                                as_of: cut.clone(),
+                                as_of: cut,
                                 page_size: 1000,
                                 page_token: String::new(),
                             })
@@ -861,7 +861,7 @@ async fn answers_taken_while_writers_race_readers_are_the_same_when_asked_again(
                 let again = client
                     .get_balance(pb::GetBalanceRequest {
                         account: account.clone(),
-                        as_of: b.as_of.clone(),
+                        as_of: b.as_of,
                     })
                     .await
                     .unwrap()
@@ -870,7 +870,7 @@ async fn answers_taken_while_writers_race_readers_are_the_same_when_asked_again(
             }
             Answer::Trial(b, tot) => {
                 kinds[1] += 1;
-                let cut = b.first().and_then(|b| b.as_of.clone());
+                let cut = b.first().and_then(|b| b.as_of);
                 if cut.is_none() {
                     // Nothing recorded yet at that cut-off.
                     assert!(tot.is_empty());
@@ -891,7 +891,7 @@ async fn answers_taken_while_writers_race_readers_are_the_same_when_asked_again(
                 let again = client
                     .list_entries(pb::ListEntriesRequest {
                         account: account.clone(),
-                        as_of: cut.clone(),
+                        as_of: *cut,
                         page_size: 1000,
                         page_token: String::new(),
                     })
