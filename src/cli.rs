@@ -91,6 +91,11 @@ enum Command {
         #[command(flatten)]
         db: DbArgs,
     },
+    /// Reports for people and spreadsheets (a client of a running server).
+    Report(crate::report::ReportArgs),
+    /// Benchmark of as-of reads (GetBalance per kind of cut-off on an account with 1,000,000
+    /// legs) and of the write path with and without the as-of index.
+    BenchAsOf(crate::bench_asof::BenchAsOfArgs),
 }
 
 /// Runs the command line; the exit code says whether it succeeded.
@@ -207,6 +212,8 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             }
             result
         }
+        Command::Report(args) => Ok(crate::report::run(args).await?),
+        Command::BenchAsOf(args) => crate::bench_asof::run(args).await,
     }
 }
 

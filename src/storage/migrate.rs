@@ -5,18 +5,10 @@ use super::{connect, StorageError, MIGRATION_LOCK};
 
 /// The migrations, in order. A file, once released, is never edited: add a new one.
 pub const MIGRATIONS: &[(&str, &str)] = &[
-    (
-        "0001_journal",
-        include_str!("../../migrations/0001_journal.sql"),
-    ),
-    (
-        "0002_outbox",
-        include_str!("../../migrations/0002_outbox.sql"),
-    ),
-    (
-        "0006_check",
-        include_str!("../../migrations/0006_check.sql"),
-    ),
+    ("0001_journal", include_str!("../../migrations/0001_journal.sql")),
+    ("0002_outbox", include_str!("../../migrations/0002_outbox.sql")),
+    ("0005_asof_stabbing", include_str!("../../migrations/0005_asof_stabbing.sql")),
+    ("0006_check", include_str!("../../migrations/0006_check.sql")),
 ];
 
 /// Applies every migration not yet applied. Safe to run from several processes at once.

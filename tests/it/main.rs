@@ -5,6 +5,7 @@ mod support;
 mod accounts;
 mod append_only;
 mod check;
+mod asof;
 mod embedded;
 mod faults;
 mod history;
