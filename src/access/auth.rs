@@ -522,13 +522,13 @@ mod tests {
     fn malformed_auth_files_are_refused_with_the_line() {
         let h = format!("sha256:{}", "ab".repeat(32));
         let table = [
-            format!("svc writer"),
+            "svc writer".to_string(),
             format!("svc admin {h}"),
-            format!("svc writer sha256:abc"),
+            "svc writer sha256:abc".to_string(),
             format!("svc writer md5:{}", "ab".repeat(32)),
             format!("anonymous writer {h}"),
             format!("a writer {h}\nb reader {h}"),
-            format!("a writer mtls\na reader mtls"),
+            "a writer mtls\na reader mtls".to_string(),
             format!("{} writer {h}", "c".repeat(MAX_CALLER_BYTES + 1)),
         ];
         for text in table {

@@ -224,7 +224,7 @@ fn contract_errors(resp: http::Response<Body>) -> http::Response<Body> {
         resp.headers()
             .get("grpc-message")
             .and_then(|v| v.to_str().ok())
-            .map(|m| percent_decode(m))
+            .map(percent_decode)
             .unwrap_or_default()
     };
     let e = match code {

@@ -2,10 +2,13 @@
 
 mod support;
 
+mod access;
 mod accounts;
 mod append_only;
 mod embedded;
+mod hostile;
 mod idempotency;
+mod ops;
 mod posting;
 mod reads;
 mod void;
