@@ -288,7 +288,7 @@ impl Drop for Probe {
         crate::metrics::request(self.method, code, elapsed);
         tracing::debug!(
             method = self.method,
-            code = ?code,
+            code = crate::metrics::code_name(code),
             duration_ms = elapsed.as_secs_f64() * 1e3,
             caller = %self.caller,
             "request"

@@ -386,38 +386,128 @@ fn free_port() -> u16 {
         .port()
 }
 
-#[tokio::test]
-async fn on_sigterm_a_request_in_flight_completes_new_ones_are_refused_and_the_process_exits_0() {
-    let url = pg::shared_cluster().fresh_database().await;
+/// Starts the real binary on `url` with extra arguments and environment; waits until it
+/// accepts connections.
+async fn spawn_server(
+    url: &str,
+    args: &[&str],
+    envs: &[(&str, &str)],
+    stderr: Option<std::fs::File>,
+) -> (tokio::process::Child, tonic::transport::Channel) {
     let addr: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ledger"))
-        .args([
-            "serve",
-            "--listen",
-            &addr.to_string(),
-            "--database-url",
-            &url,
-        ])
-        .args(["--db-role", ledger::storage::APP_ROLE])
-        .env("LEDGER_LOG", "warn")
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_ledger"));
+    cmd.args([
+        "serve",
+        "--listen",
+        &addr.to_string(),
+        "--database-url",
+        url,
+    ])
+    .args(args)
+    .env("LEDGER_LOG", "warn")
+    .stdin(std::process::Stdio::null())
+    .kill_on_drop(true);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    if let Some(f) = stderr {
+        cmd.stderr(f);
+    }
+    let child = cmd.spawn().unwrap();
     let began = Instant::now();
-    let channel = loop {
+    loop {
         match tonic::transport::Channel::from_shared(format!("http://{addr}"))
             .unwrap()
             .connect()
             .await
         {
-            Ok(c) => break c,
+            Ok(c) => return (child, c),
             Err(_) if began.elapsed() < Duration::from_secs(15) => {
                 tokio::time::sleep(Duration::from_millis(50)).await
             }
             Err(e) => panic!("server did not come up: {e}"),
         }
-    };
+    }
+}
+
+#[tokio::test]
+async fn json_logs_have_one_line_per_request_with_the_caller_and_never_the_token() {
+    let url = pg::shared_cluster().fresh_database().await;
+    let token = ledger::access::auth::new_token();
+    let auth_path =
+        std::env::temp_dir().join(format!("ledger-auth-{}", ledger::access::auth::new_token()));
+    std::fs::write(
+        &auth_path,
+        ledger::access::auth::auth_line("svc-log", ledger::access::auth::Role::Writer, &token),
+    )
+    .unwrap();
+    let log_path = auth_path.with_extension("log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let (mut child, channel) = spawn_server(
+        &url,
+        &["--auth-tokens", auth_path.to_str().unwrap()],
+        &[("LEDGER_LOG", "trace"), ("LEDGER_LOG_FORMAT", "json")],
+        Some(log),
+    )
+    .await;
+    let mut client = pb::ledger_client::LedgerClient::new(channel);
+    for i in 0..3 {
+        let e = client
+            .get_account(crate::access::bearer(
+                pb::GetAccountRequest {
+                    code: format!("nope:{i}"),
+                },
+                &token,
+            ))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::NotFound);
+    }
+    let e = client
+        .get_account(crate::access::bearer(
+            pb::GetAccountRequest { code: "x".into() },
+            &format!("{token}0"),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated);
+    let pid = child.id().unwrap() as i32;
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let text = std::fs::read_to_string(&log_path).unwrap();
+    let _ = std::fs::remove_file(&auth_path);
+    let _ = std::fs::remove_file(&log_path);
+    let secret = token
+        .strip_prefix(ledger::access::auth::TOKEN_PREFIX)
+        .unwrap();
+    assert!(!text.contains(secret), "the token is in the log");
+    let mut requests = Vec::new();
+    for line in text.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        if v["fields"]["message"] == "request" {
+            requests.push(v["fields"].clone());
+        }
+    }
+    assert_eq!(requests.len(), 4, "{requests:?}");
+    for r in &requests[..3] {
+        assert_eq!(r["method"], "GetAccount");
+        assert_eq!(r["code"], "NOT_FOUND");
+        assert_eq!(r["caller"], "svc-log");
+        assert!(r["duration_ms"].as_f64().is_some());
+    }
+    assert_eq!(requests[3]["code"], "UNAUTHENTICATED");
+}
+
+#[tokio::test]
+async fn on_sigterm_a_request_in_flight_completes_new_ones_are_refused_and_the_process_exits_0() {
+    let url = pg::shared_cluster().fresh_database().await;
+    let (mut child, channel) =
+        spawn_server(&url, &["--db-role", ledger::storage::APP_ROLE], &[], None).await;
     let mut client = pb::ledger_client::LedgerClient::new(channel);
     for (code, normal, neg) in [
         ("equity:world", pb::NormalBalance::Credit, true),
