@@ -228,12 +228,23 @@ fn contract_errors(resp: http::Response<Body>) -> http::Response<Body> {
             .unwrap_or_default()
     };
     let e = match code {
-        Code::OutOfRange => LedgerError::limit(
-            "the request",
-            "MAX_REQUEST_BYTES",
-            format!("{MAX_REQUEST_BYTES} bytes"),
-            format!("larger ({})", detail()),
-        ),
+        Code::OutOfRange => {
+            // tonic says "… found {len} bytes, the limit is …".
+            let detail = detail();
+            let found = detail
+                .split_once("found ")
+                .and_then(|(_, rest)| rest.split(' ').next())
+                .and_then(|n| n.parse::<u64>().ok());
+            LedgerError::limit(
+                "the request",
+                "MAX_REQUEST_BYTES",
+                format!("{MAX_REQUEST_BYTES} bytes"),
+                match found {
+                    Some(n) => format!("{n} bytes"),
+                    None => format!("larger ({detail})"),
+                },
+            )
+        }
         Code::Internal | Code::Unknown => LedgerError::new(
             Reason::InvalidField,
             format!("the request is not a valid message: {}", detail()),

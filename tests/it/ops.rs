@@ -254,6 +254,11 @@ async fn a_two_mib_request_is_refused_naming_the_limit_and_the_server_keeps_serv
     let e = t.post(big).await.unwrap_err();
     assert_error(&e, Code::InvalidArgument, "LIMIT_EXCEEDED");
     assert!(e.message().contains("MAX_REQUEST_BYTES"), "{}", e.message());
+    assert!(
+        e.message().contains("the request is 2097"),
+        "{}",
+        e.message()
+    );
     // Just over the limit, too (the memo alone is 1 MiB).
     let over = post_with("over", |r| r.memo = "m".repeat(1024 * 1024));
     let e = t.post(over).await.unwrap_err();
