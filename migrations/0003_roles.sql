@@ -5,6 +5,9 @@
 --
 -- NOLOGIN: the service logs in as the owner and takes the role with SET ROLE (a startup
 -- option). A deployment that wants a separate login grants LOGIN and a password itself.
+--
+-- Creating a role needs CREATEROLE (or a superuser). An owner without it gets an error saying
+-- so; an administrator then runs `CREATE ROLE ledger_app NOLOGIN` once and migrates again.
 DO $$
 BEGIN
   IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'ledger_app') THEN
@@ -13,6 +16,10 @@ BEGIN
 EXCEPTION
   -- Two databases of one cluster migrating at once: the other one created it.
   WHEN duplicate_object OR unique_violation THEN NULL;
+  WHEN insufficient_privilege THEN
+    RAISE EXCEPTION 'ledger: the application role ledger_app does not exist and % may not create it',
+      current_user
+      USING HINT = 'As a user with CREATEROLE run: CREATE ROLE ledger_app NOLOGIN; then migrate again.';
 END $$;
 
 -- Roles are cluster-wide, grants are per database.
