@@ -54,9 +54,11 @@ impl Role {
     }
 }
 
-/// Whether a method (the last segment of the gRPC path) changes the ledger.
+/// Whether a method (the last segment of the gRPC path) needs the writer role: everything
+/// but `Get*` and `List*` (an allowlist, so an RPC added later is closed to readers until
+/// someone decides otherwise).
 pub fn needs_writer(method: &str) -> bool {
-    matches!(method, "Post" | "Void" | "CreateAccount")
+    !(method.starts_with("Get") || method.starts_with("List"))
 }
 
 /// A caller's name is 1..=[`MAX_CALLER_BYTES`] bytes without whitespace or control
@@ -445,6 +447,12 @@ mod tests {
                 "CreateAccount",
                 Err(Reason::PermissionDenied),
             ),
+            (
+                format!("Bearer {r}"),
+                "SomethingNew",
+                Err(Reason::PermissionDenied),
+            ),
+            (format!("Bearer {w}"), "SomethingNew", Ok("svc-w")),
             (
                 format!("Bearer {w}x"),
                 "GetBalance",

@@ -176,7 +176,8 @@ where
                 "the server is shutting down and takes no new requests; retry (with the same idempotency key) on another instance or after the restart",
             ))
         } else {
-            state.policy.authorize(method, presented(&req))
+            let rpc = req.uri().path().rsplit('/').next().unwrap_or("");
+            state.policy.authorize(rpc, presented(&req))
         };
         let mut probe = Probe {
             method,
