@@ -88,6 +88,7 @@ pub struct RunningServer {
     access: Arc<AccessState>,
     health: tonic_health::server::HealthReporter,
     metrics_task: Option<tokio::task::JoinHandle<()>>,
+    pool: Pool,
     shutdown: watch::Sender<bool>,
     task: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
 }
@@ -122,6 +123,8 @@ impl RunningServer {
         if let Some(t) = self.metrics_task {
             t.abort();
         }
+        // Idle connections close now, cleanly, before the caller stops the database.
+        self.pool.close();
         result
     }
 
@@ -209,6 +212,7 @@ pub async fn start(
         access,
         health,
         metrics_task,
+        pool,
         shutdown: tx,
         task,
     })
