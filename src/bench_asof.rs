@@ -118,6 +118,7 @@ async fn scenario(args: &BenchAsOfArgs, url: &str) -> Result<(), BoxError> {
         listen: "127.0.0.1:0".parse()?,
         database_url: url.to_owned(),
         pool_size: crate::storage::DEFAULT_POOL_SIZE,
+        ops: Default::default(),
     })
     .await?;
     let endpoint = format!("http://{}", server.local_addr);

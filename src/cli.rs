@@ -71,6 +71,8 @@ enum Command {
         pool_size: usize,
         #[command(flatten)]
         outbox: OutboxArgs,
+        #[command(flatten)]
+        ops: OpsArgs,
     },
     /// Run the outbox publisher alone: deliver posting events to NATS JetStream.
     Relay {
@@ -80,6 +82,11 @@ enum Command {
         database_url: String,
         #[command(flatten)]
         outbox: OutboxArgs,
+    },
+    /// Bearer tokens for `--auth-tokens`.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
     },
     /// Apply migrations and exit.
     Migrate {
@@ -96,6 +103,71 @@ enum Command {
     /// Benchmark of as-of reads (GetBalance per kind of cut-off on an account with 1,000,000
     /// legs) and of the write path with and without the as-of index.
     BenchAsOf(crate::bench_asof::BenchAsOfArgs),
+}
+
+/// Access and operations options of `serve`.
+#[derive(clap::Args, Debug, Clone)]
+struct OpsArgs {
+    /// Auth file (`CALLER ROLE sha256:<hex>` / `CALLER ROLE mtls` lines): turns authentication on.
+    #[arg(long, env = "LEDGER_AUTH_TOKENS")]
+    auth_tokens: Option<PathBuf>,
+    /// Server certificate chain (PEM): turns TLS on (with --tls-key).
+    #[arg(long, env = "LEDGER_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// Server private key (PEM).
+    #[arg(long, env = "LEDGER_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// CA (PEM) that signs client certificates: turns mutual TLS on (needs --tls-cert).
+    #[arg(long, env = "LEDGER_TLS_CLIENT_CA", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
+    /// Address of the Prometheus endpoint (`/metrics`); off without it.
+    #[arg(long, env = "LEDGER_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
+    /// Database role the service acts as (`SET ROLE`); migrations run as the login user.
+    /// Default: `ledger_app` with the embedded PostgreSQL, none with --database-url; "" for none.
+    #[arg(long, env = "LEDGER_DB_ROLE")]
+    db_role: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+enum TokenCommand {
+    /// Prints a new random token (line 1) and its auth-file line (line 2, only a hash).
+    New {
+        /// The caller's name (recorded on its postings, scopes its idempotency keys).
+        caller: String,
+        /// `writer` (every call) or `reader` (Get*/List* only).
+        role: String,
+    },
+}
+
+impl OpsArgs {
+    fn load(&self, embedded: bool) -> Result<server::OpsOptions, BoxError> {
+        let auth = self
+            .auth_tokens
+            .as_deref()
+            .map(crate::access::auth::AuthFile::load)
+            .transpose()?;
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(server::TlsPem::load(
+                cert,
+                key,
+                self.tls_client_ca.as_deref(),
+            )?),
+            _ => None,
+        };
+        let db_role = match self.db_role.as_deref() {
+            Some("") => None,
+            Some(r) => Some(r.to_owned()),
+            None if embedded => Some(crate::storage::APP_ROLE.to_owned()),
+            None => None,
+        };
+        Ok(server::OpsOptions {
+            auth,
+            tls,
+            metrics_listen: self.metrics_listen,
+            db_role,
+        })
+    }
 }
 
 /// Runs the command line; the exit code says whether it succeeded.
@@ -157,9 +229,11 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             db,
             pool_size,
             outbox,
+            ops,
         } => {
+            let ops = ops.load(db.database_url.is_none())?;
             let (url, pg) = database(&db).await?;
-            let result = serve(listen, url, pool_size, outbox).await;
+            let result = serve(listen, url, pool_size, outbox, ops).await;
             if let Some(mut pg) = pg {
                 tokio::task::spawn_blocking(move || pg.stop()).await??;
             }
@@ -185,6 +259,17 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
                 // It ends by itself only on a configuration error.
                 r = &mut publisher => r??,
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Token {
+            command: TokenCommand::New { caller, role },
+        } => {
+            crate::access::auth::validate_caller(&caller)?;
+            let role = crate::access::auth::Role::parse(&role)
+                .ok_or_else(|| format!("role {role:?} is not `writer` or `reader`"))?;
+            let token = crate::access::auth::new_token();
+            println!("{token}");
+            println!("{}", crate::access::auth::auth_line(&caller, role, &token));
             Ok(ExitCode::SUCCESS)
         }
         Command::Migrate { db } => {
@@ -246,12 +331,14 @@ async fn serve(
     database_url: String,
     pool_size: usize,
     outbox: OutboxArgs,
+    ops: server::OpsOptions,
 ) -> Result<(), BoxError> {
     let publisher_opts = outbox.publisher(&database_url);
     let server = server::start(ServerOptions {
         listen,
         database_url,
         pool_size,
+        ops,
     })
     .await?;
     // The outbox publisher in-process (--nats-url); it stops after its current batch.

@@ -1,12 +1,14 @@
 //! The ledger service: an append-only double-entry ledger over gRPC and PostgreSQL.
 
 pub mod bench_asof;
+pub mod access;
 pub mod cli;
 pub mod domain;
 pub mod embedded_pg;
 pub mod grpc;
 pub mod outbox;
 pub mod report;
+pub mod metrics;
 pub mod server;
 pub mod service;
 pub mod storage;

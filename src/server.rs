@@ -1,5 +1,8 @@
-//! Boots the gRPC server: the ledger service, reflection (v1 and v1alpha), health.
+//! Boots the gRPC server: the ledger service (inside the access layer: auth, roles, metrics,
+//! drain), reflection (v1 and v1alpha), health; optionally TLS / mutual TLS and `/metrics`.
 
+use crate::access::auth::{AuthFile, AuthPolicy};
+use crate::access::{Access, AccessState};
 use crate::domain::limits::MAX_REQUEST_BYTES;
 use crate::grpc::handlers::LedgerGrpc;
 use crate::grpc::pb::ledger_server::LedgerServer;
@@ -24,29 +27,110 @@ pub struct ServerOptions {
     pub listen: SocketAddr,
     pub database_url: String,
     pub pool_size: usize,
+    /// Access and operations: auth, TLS, metrics, database role.
+    pub ops: OpsOptions,
+}
+
+/// Access and operations options of the server (all off by default).
+#[derive(Clone, Debug, Default)]
+pub struct OpsOptions {
+    /// `--auth-tokens`: callers and their roles.
+    pub auth: Option<AuthFile>,
+    /// `--tls-cert`/`--tls-key`/`--tls-client-ca`.
+    pub tls: Option<TlsPem>,
+    /// `--metrics-listen`: address of the Prometheus endpoint.
+    pub metrics_listen: Option<SocketAddr>,
+    /// `--db-role`: the database role the pool's connections act as (migrations run as the
+    /// login user, the owner).
+    pub db_role: Option<String>,
+}
+
+/// TLS material in PEM.
+#[derive(Clone)]
+pub struct TlsPem {
+    pub cert: Vec<u8>,
+    pub key: Vec<u8>,
+    /// When set, clients must present a certificate signed by this CA (mutual TLS).
+    pub client_ca: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for TlsPem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TlsPem(mutual: {})", self.client_ca.is_some())
+    }
+}
+
+impl TlsPem {
+    /// Reads the PEM files.
+    pub fn load(
+        cert: &std::path::Path,
+        key: &std::path::Path,
+        client_ca: Option<&std::path::Path>,
+    ) -> std::io::Result<TlsPem> {
+        let read = |p: &std::path::Path| {
+            std::fs::read(p).map_err(|e| {
+                std::io::Error::new(e.kind(), format!("cannot read {}: {e}", p.display()))
+            })
+        };
+        Ok(TlsPem {
+            cert: read(cert)?,
+            key: read(key)?,
+            client_ca: client_ca.map(read).transpose()?,
+        })
+    }
 }
 
 /// A running server.
 pub struct RunningServer {
     pub local_addr: SocketAddr,
+    /// The `/metrics` address, when metrics are on.
+    pub metrics_addr: Option<SocketAddr>,
+    access: Arc<AccessState>,
+    health: tonic_health::server::HealthReporter,
+    metrics_task: Option<tokio::task::JoinHandle<()>>,
+    pool: Pool,
     shutdown: watch::Sender<bool>,
     task: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
 }
 
 impl RunningServer {
-    /// Stops accepting, lets in-flight requests finish (at most [`DRAIN_TIMEOUT`]), and waits
-    /// for the server to end.
+    /// Drains and stops: new ledger requests are refused with `UNAVAILABLE` and health says
+    /// NOT_SERVING; in-flight requests finish (at most [`DRAIN_TIMEOUT`]); then the transport
+    /// closes its connections, and the background tasks stop.
     pub async fn shutdown(self) -> Result<(), tonic::transport::Error> {
+        let began = tokio::time::Instant::now();
+        self.access.begin_drain();
+        set_health(&self.health, tonic_health::ServingStatus::NotServing).await;
+        if !self.access.wait_idle(DRAIN_TIMEOUT).await {
+            tracing::warn!(
+                in_flight = self.access.in_flight(),
+                "requests still in flight after the drain timeout"
+            );
+        }
         let _ = self.shutdown.send(true);
         let mut task = self.task;
-        match tokio::time::timeout(DRAIN_TIMEOUT, &mut task).await {
+        let left = DRAIN_TIMEOUT.saturating_sub(began.elapsed()) + Duration::from_secs(1);
+        let result = match tokio::time::timeout(left, &mut task).await {
             Ok(r) => r.expect("server task"),
             Err(_) => {
                 tracing::warn!(timeout = ?DRAIN_TIMEOUT, "connections still open after the drain timeout; closing them");
                 task.abort();
                 Ok(())
             }
+        };
+        // Hook: an in-process outbox publisher stops here, after its current batch (it must
+        // not start a new one once the drain began), before the caller stops the database.
+        if let Some(t) = self.metrics_task {
+            t.abort();
         }
+        // Idle connections close now, cleanly, before the caller stops the database.
+        self.pool.close();
+        result
+    }
+
+    /// The access layer's state (drain, requests in flight).
+    pub fn access(&self) -> &Arc<AccessState> {
+        &self.access
     }
 }
 
@@ -55,12 +139,31 @@ pub async fn start(
     opts: ServerOptions,
 ) -> Result<RunningServer, Box<dyn std::error::Error + Send + Sync>> {
     storage::migrate(&opts.database_url).await?;
-    let pool = storage::pool(&opts.database_url, opts.pool_size)?;
-    let ledger = Arc::new(Ledger::new(pool.clone(), None).await?);
+    let ops = opts.ops;
+    let pool = storage::pool_as(&opts.database_url, opts.pool_size, ops.db_role.as_deref())?;
+    let (metrics_addr, metrics_task, observer) = match ops.metrics_listen {
+        Some(addr) => {
+            let (addr, task) = crate::metrics::serve(addr, pool.clone()).await?;
+            (
+                Some(addr),
+                Some(task),
+                Some(crate::metrics::batch_observer()),
+            )
+        }
+        None => (None, None, None),
+    };
+    let ledger = Arc::new(Ledger::new(pool.clone(), observer).await?);
+
+    let mtls = ops.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
+    let access_enabled = ops.auth.is_some() || mtls;
+    let access = AccessState::new(AuthPolicy {
+        file: ops.auth,
+        mtls,
+    });
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<LedgerServer<LedgerGrpc>>().await;
-    tokio::spawn(probe_health(pool.clone(), health.clone()));
+    tokio::spawn(probe_health(pool.clone(), health.clone(), access.clone()));
 
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(crate::grpc::FILE_DESCRIPTOR_SET)
@@ -76,13 +179,24 @@ pub async fn start(
     let service = LedgerServer::new(LedgerGrpc::new(ledger))
         .max_decoding_message_size(MAX_REQUEST_BYTES)
         .max_encoding_message_size(16 * MAX_REQUEST_BYTES);
+    let service = Access::new(service, access.clone());
+
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = &ops.tls {
+        let mut cfg = tonic::transport::ServerTlsConfig::new()
+            .identity(tonic::transport::Identity::from_pem(&tls.cert, &tls.key));
+        if let Some(ca) = &tls.client_ca {
+            cfg = cfg.client_ca_root(tonic::transport::Certificate::from_pem(ca));
+        }
+        builder = builder.tls_config(cfg)?;
+    }
 
     let listener = TcpListener::bind(opts.listen).await?;
     let local_addr = listener.local_addr()?;
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let (tx, mut rx) = watch::channel(false);
     let task = tokio::spawn(
-        tonic::transport::Server::builder()
+        builder
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
@@ -91,18 +205,30 @@ pub async fn start(
                 let _ = rx.wait_for(|v| *v).await;
             }),
     );
-    tracing::info!(%local_addr, "ledger serving gRPC");
+    tracing::info!(%local_addr, tls = ops.tls.is_some(), auth = access_enabled, "ledger serving gRPC");
     Ok(RunningServer {
         local_addr,
+        metrics_addr,
+        access,
+        health,
+        metrics_task,
+        pool,
         shutdown: tx,
         task,
     })
 }
 
 /// Health reports SERVING while the database answers and migrations are current.
-async fn probe_health(pool: Pool, health: tonic_health::server::HealthReporter) {
+async fn probe_health(
+    pool: Pool,
+    health: tonic_health::server::HealthReporter,
+    access: Arc<AccessState>,
+) {
     loop {
         tokio::time::sleep(HEALTH_PROBE_INTERVAL).await;
+        if access.draining() {
+            return;
+        }
         let ok = match pool.get().await {
             Ok(c) => matches!(storage::migrate::is_current(&c).await, Ok(true)),
             Err(_) => false,
@@ -112,7 +238,14 @@ async fn probe_health(pool: Pool, health: tonic_health::server::HealthReporter) 
         } else {
             tonic_health::ServingStatus::NotServing
         };
-        health.set_service_status("", status).await;
-        health.set_service_status("ledger.v1.Ledger", status).await;
+        set_health(&health, status).await;
     }
+}
+
+async fn set_health(
+    health: &tonic_health::server::HealthReporter,
+    status: tonic_health::ServingStatus,
+) {
+    health.set_service_status("", status).await;
+    health.set_service_status("ledger.v1.Ledger", status).await;
 }

@@ -7,6 +7,7 @@ use super::{connect, StorageError, MIGRATION_LOCK};
 pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0001_journal", include_str!("../../migrations/0001_journal.sql")),
     ("0002_outbox", include_str!("../../migrations/0002_outbox.sql")),
+    ("0003_roles", include_str!("../../migrations/0003_roles.sql")),
     ("0005_asof_stabbing", include_str!("../../migrations/0005_asof_stabbing.sql")),
     ("0006_check", include_str!("../../migrations/0006_check.sql")),
 ];

@@ -2,6 +2,7 @@
 //! transaction, and the read queries.
 
 pub mod accounts;
+pub mod backlog;
 pub mod batch;
 pub mod check;
 pub mod migrate;
@@ -116,7 +117,35 @@ pub fn parse_config(database_url: &str) -> Result<tokio_postgres::Config, Storag
 
 /// Builds a pool of at most `size` connections. Connections are made lazily.
 pub fn pool(database_url: &str, size: usize) -> Result<Pool, StorageError> {
-    let cfg = parse_config(database_url)?;
+    pool_as(database_url, size, None)
+}
+
+/// The database role the service runs as when it drops the owner's privileges (created by
+/// migration 0003: no UPDATE, DELETE or TRUNCATE on journal tables).
+pub const APP_ROLE: &str = "ledger_app";
+
+/// Like [`pool`], but every connection acts as database role `role` (`SET ROLE` given as a
+/// startup option, so it is the session's default and survives `RESET ALL`/`DISCARD ALL`).
+/// The login user must be a member of `role` (superusers are).
+pub fn pool_as(database_url: &str, size: usize, role: Option<&str>) -> Result<Pool, StorageError> {
+    let mut cfg = parse_config(database_url)?;
+    if let Some(role) = role {
+        let ok = !role.is_empty()
+            && role.len() <= 63
+            && role
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if !ok {
+            return Err(StorageError::Config(format!(
+                "database role {role:?} must be 1..=63 characters of a-z 0-9 _"
+            )));
+        }
+        let options = match cfg.get_options() {
+            Some(o) if !o.is_empty() => format!("{o} -c role={role}"),
+            _ => format!("-c role={role}"),
+        };
+        cfg.options(&options);
+    }
     let mgr = deadpool_postgres::Manager::from_config(
         cfg,
         tokio_postgres::NoTls,

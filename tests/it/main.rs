@@ -2,6 +2,7 @@
 
 mod support;
 
+mod access;
 mod accounts;
 mod append_only;
 mod check;
@@ -11,6 +12,8 @@ mod faults;
 mod history;
 mod idempotency;
 mod outbox;
+mod hostile;
+mod ops;
 mod posting;
 mod reads;
 mod server_surface;

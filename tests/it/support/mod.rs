@@ -29,14 +29,32 @@ impl TestLedger {
 
     /// Boots a server on an existing database.
     pub async fn on_database(url: String) -> TestLedger {
+        Self::on_database_with(url, app_role_ops()).await
+    }
+
+    /// Boots a server on a fresh database with these access and operations options.
+    pub async fn start_with(ops: server::OpsOptions) -> TestLedger {
+        let url = pg::shared_cluster().fresh_database().await;
+        Self::on_database_with(url, ops).await
+    }
+
+    /// Boots a server on an existing database with these options. The client is plain
+    /// (no TLS, no token); TLS tests make their own.
+    pub async fn on_database_with(url: String, ops: server::OpsOptions) -> TestLedger {
+        let tls = ops.tls.is_some();
         let server = server::start(ServerOptions {
             listen: "127.0.0.1:0".parse().unwrap(),
             database_url: url.clone(),
             pool_size: 8,
+            ops,
         })
         .await
         .expect("server starts");
-        let client = connect(server.local_addr).await;
+        let client = if tls {
+            LedgerClient::new(Channel::from_static("http://unused.invalid").connect_lazy())
+        } else {
+            connect(server.local_addr).await
+        };
         TestLedger {
             server: Some(server),
             database_url: url,
@@ -117,6 +135,16 @@ impl TestLedger {
             .await
             .expect("balance")
             .into_inner()
+    }
+}
+
+/// The options every test server runs with unless it says otherwise: the service acts as
+/// the application database role (as the embedded default does), so every test also checks
+/// that the role's privileges suffice.
+pub fn app_role_ops() -> server::OpsOptions {
+    server::OpsOptions {
+        db_role: Some(ledger::storage::APP_ROLE.to_owned()),
+        ..Default::default()
     }
 }
 
