@@ -193,6 +193,7 @@ fn init_logging() {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     if std::env::var("LEDGER_LOG_FORMAT").as_deref() == Ok("json") {
         builder.json().init();

@@ -118,8 +118,8 @@ impl RunningServer {
                 Ok(())
             }
         };
-        // Hook: an in-process outbox publisher stops here, after its current batch (it must
-        // not start a new one once the drain began), before the caller stops the database.
+        // An in-process outbox publisher (`serve --nats-url`) was told to stop by the caller
+        // when the drain began; the caller awaits it after this, before stopping the database.
         if let Some(t) = self.metrics_task {
             t.abort();
         }
