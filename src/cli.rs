@@ -47,6 +47,8 @@ enum Command {
         #[command(flatten)]
         db: DbArgs,
     },
+    /// Load a running server and report throughput and latency (JSON as the last line).
+    Bench(crate::bench::BenchArgs),
 }
 
 /// Runs the command line; the exit code says whether it succeeded.
@@ -131,6 +133,10 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
                     applied.join(", ")
                 }
             );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(args) => {
+            crate::bench::run(args).await?;
             Ok(ExitCode::SUCCESS)
         }
     }

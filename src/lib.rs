@@ -1,5 +1,6 @@
 //! The ledger service: an append-only double-entry ledger over gRPC and PostgreSQL.
 
+pub mod bench;
 pub mod cli;
 pub mod domain;
 pub mod embedded_pg;
