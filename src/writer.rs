@@ -5,7 +5,7 @@
 
 use crate::domain::LedgerError;
 use crate::storage::batch::{self, Command, Outcome, WriteRequest};
-use crate::storage::Pool;
+use crate::storage::{Pool, StorageError};
 use tokio::sync::{mpsc, oneshot};
 
 /// Requests applied in one transaction, at most.
@@ -58,6 +58,9 @@ impl Writer {
 
 async fn run(pool: Pool, mut rx: mpsc::Receiver<Job>, observer: Option<BatchObserver>) {
     let mut jobs: Vec<Job> = Vec::with_capacity(MAX_BATCH);
+    // The writer keeps its connection between batches (its prepared statements stay cached,
+    // and no pool check per batch); after a failed batch it takes a fresh one.
+    let mut conn: Option<deadpool_postgres::Client> = None;
     while let Some(job) = rx.recv().await {
         jobs.push(job);
         while jobs.len() < MAX_BATCH {
@@ -72,9 +75,19 @@ async fn run(pool: Pool, mut rx: mpsc::Receiver<Job>, observer: Option<BatchObse
             continue;
         }
         let requests: Vec<WriteRequest> = jobs.iter().map(|j| j.request.clone()).collect();
-        let result = match pool.get().await {
-            Ok(mut client) => batch::apply(&mut client, &requests).await,
-            Err(e) => Err(e.into()),
+        let client = match conn.take() {
+            Some(c) => Ok(c),
+            None => pool.get().await.map_err(StorageError::from),
+        };
+        let result = match client {
+            Ok(mut client) => {
+                let r = batch::apply(&mut client, &requests).await;
+                if r.is_ok() {
+                    conn = Some(client);
+                }
+                r
+            }
+            Err(e) => Err(e),
         };
         if let Some(o) = &observer {
             o(jobs.len(), result.is_ok());

@@ -4,10 +4,16 @@
 use super::{connect, StorageError, MIGRATION_LOCK};
 
 /// The migrations, in order. A file, once released, is never edited: add a new one.
-pub const MIGRATIONS: &[(&str, &str)] = &[(
-    "0001_journal",
-    include_str!("../../migrations/0001_journal.sql"),
-)];
+pub const MIGRATIONS: &[(&str, &str)] = &[
+    (
+        "0001_journal",
+        include_str!("../../migrations/0001_journal.sql"),
+    ),
+    (
+        "0004_batch_without_row_fks",
+        include_str!("../../migrations/0004_batch_without_row_fks.sql"),
+    ),
+];
 
 /// Applies every migration not yet applied. Safe to run from several processes at once.
 pub async fn migrate(database_url: &str) -> Result<Vec<String>, StorageError> {
