@@ -208,7 +208,10 @@ impl Plan {
 
 /// Creates (or reuses) the accounts and funds each asset account; returns the plan and the
 /// number of funding postings made.
-async fn setup(args: &BenchArgs, channels: &[LedgerClient<Channel>]) -> Result<(Plan, u64), BoxError> {
+async fn setup(
+    args: &BenchArgs,
+    channels: &[LedgerClient<Channel>],
+) -> Result<(Plan, u64), BoxError> {
     let run_id = format!(
         "{:x}{:04x}",
         std::time::SystemTime::now()
@@ -218,16 +221,19 @@ async fn setup(args: &BenchArgs, channels: &[LedgerClient<Channel>]) -> Result<(
     );
     let p = &args.prefix;
     let funding = format!("{p}:funding");
-    let accounts: Vec<String> = (0..args.accounts).map(|i| format!("{p}:acct:{i}")).collect();
+    let accounts: Vec<String> = (0..args.accounts)
+        .map(|i| format!("{p}:acct:{i}"))
+        .collect();
     let hot = args.hot_account.then(|| format!("{p}:hot"));
-    let account = |code: &str, normal: pb::NormalBalance, allow_negative: bool| pb::CreateAccountRequest {
-        code: code.to_owned(),
-        currency: "EUR".into(),
-        scale: 2,
-        normal_balance: normal as i32,
-        allow_negative,
-        metadata: Default::default(),
-    };
+    let account =
+        |code: &str, normal: pb::NormalBalance, allow_negative: bool| pb::CreateAccountRequest {
+            code: code.to_owned(),
+            currency: "EUR".into(),
+            scale: 2,
+            normal_balance: normal as i32,
+            allow_negative,
+            metadata: Default::default(),
+        };
     let mut creates = vec![account(&funding, pb::NormalBalance::Credit, true)];
     if let Some(h) = &hot {
         creates.push(account(h, pb::NormalBalance::Debit, false));
@@ -349,7 +355,11 @@ async fn post_scenario(
     let (plan, setup_postings) = setup(args, channels).await?;
     let plan = Arc::new(plan);
     let stats = Arc::new(Stats::default());
-    let hist = Arc::new(Mutex::new(Histogram::<u64>::new_with_bounds(1, 120_000_000, 3)?));
+    let hist = Arc::new(Mutex::new(Histogram::<u64>::new_with_bounds(
+        1,
+        120_000_000,
+        3,
+    )?));
     let stop = Arc::new(AtomicBool::new(false));
     let duration = Duration::from_secs_f64(args.duration);
     let started = Instant::now();
@@ -432,7 +442,11 @@ async fn post_scenario(
                     let micros = due.elapsed().as_micros().max(1) as u64;
                     drop(permit);
                     hist.lock().unwrap().saturating_record(micros);
-                    remember(&mut recent.lock().unwrap(), keep.then_some(req), &mut Rng::new(seed));
+                    remember(
+                        &mut recent.lock().unwrap(),
+                        keep.then_some(req),
+                        &mut Rng::new(seed),
+                    );
                 });
                 while tasks.try_join_next().is_some() {}
             }

@@ -214,7 +214,10 @@ async fn apply_in_transaction(
                 None => Err(stored_rejection(r.get("reason"), r.get("message"))),
             };
             decisions.insert(
-                (requests[i].caller.clone(), requests[i].command.key().to_owned()),
+                (
+                    requests[i].caller.clone(),
+                    requests[i].command.key().to_owned(),
+                ),
                 Decision {
                     operation: r.get("operation"),
                     fingerprint: r.get("fingerprint"),
@@ -382,9 +385,14 @@ async fn apply_in_transaction(
     // Write the batch: one statement per table, pipelined on the connection.
     let final_totals = engine.into_totals();
     marks.push(("decide", t0.elapsed().as_micros()));
-    rows.write(client_ref, &final_totals, next_sequence, base).await?;
+    rows.write(client_ref, &final_totals, next_sequence, base)
+        .await?;
     marks.push(("commit", t0.elapsed().as_micros()));
-    tracing::debug!(batch = requests.len(), ?marks, "batch timings (µs since start)");
+    tracing::debug!(
+        batch = requests.len(),
+        ?marks,
+        "batch timings (µs since start)"
+    );
 
     // Answer every request from its key's decision.
     Ok(requests
@@ -587,7 +595,18 @@ impl Rows {
             client
                 .execute(
                     &postings_st,
-                    &[&self.p_seq, &self.p_id, &self.p_caller, &self.p_key, &self.p_effective, &self.p_recorded, &self.p_memo, &self.p_meta, &self.p_voids, &self.p_reason],
+                    &[
+                        &self.p_seq,
+                        &self.p_id,
+                        &self.p_caller,
+                        &self.p_key,
+                        &self.p_effective,
+                        &self.p_recorded,
+                        &self.p_memo,
+                        &self.p_meta,
+                        &self.p_voids,
+                        &self.p_reason,
+                    ],
                 )
                 .await
         };
@@ -598,7 +617,18 @@ impl Rows {
             client
                 .execute(
                     &entries_st,
-                    &[&self.e_seq, &self.e_leg, &self.e_account, &self.e_dir, &self.e_amount, &self.e_version, &self.e_debits, &self.e_credits, &self.e_recorded, &self.e_effective],
+                    &[
+                        &self.e_seq,
+                        &self.e_leg,
+                        &self.e_account,
+                        &self.e_dir,
+                        &self.e_amount,
+                        &self.e_version,
+                        &self.e_debits,
+                        &self.e_credits,
+                        &self.e_recorded,
+                        &self.e_effective,
+                    ],
                 )
                 .await
         };

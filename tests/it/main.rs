@@ -8,4 +8,5 @@ mod embedded;
 mod idempotency;
 mod posting;
 mod reads;
+mod throughput;
 mod void;
