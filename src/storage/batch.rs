@@ -86,6 +86,9 @@ pub async fn apply(
     result
 }
 
+/// Claims the batch's keys, and for each key that was already decided reads its stored
+/// decision (the lateral lookup runs only for keys the insert did not claim: its
+/// `ins.caller IS NULL` is a one-time filter).
 const CLAIM_SQL: &str = "WITH u AS (
         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[]) WITH ORDINALITY AS u(c, k, o, f, n)),
      ins AS (
@@ -93,20 +96,25 @@ const CLAIM_SQL: &str = "WITH u AS (
         SELECT c, k, o, f, clock_timestamp() FROM u ORDER BY n
         ON CONFLICT ON CONSTRAINT idempotency_keys_unique DO NOTHING
         RETURNING caller, idempotency_key)
-     SELECT u.n, ins.caller IS NOT NULL AS claimed, k.operation, k.fingerprint, p.sequence, r.reason, r.message
+     SELECT u.n, ins.caller IS NOT NULL AS claimed, d.operation, d.fingerprint, d.sequence, d.reason, d.message
      FROM u
      LEFT JOIN ins ON ins.caller = u.c AND ins.idempotency_key = u.k
-     LEFT JOIN idempotency_keys k ON ins.caller IS NULL AND k.caller = u.c AND k.idempotency_key = u.k
-     LEFT JOIN postings p ON p.caller = k.caller AND p.idempotency_key = k.idempotency_key
-     LEFT JOIN rejections r ON r.caller = k.caller AND r.idempotency_key = k.idempotency_key
+     LEFT JOIN LATERAL (
+        SELECT k.operation, k.fingerprint, p.sequence, r.reason, r.message
+        FROM idempotency_keys k
+        LEFT JOIN postings p ON p.caller = k.caller AND p.idempotency_key = k.idempotency_key
+        LEFT JOIN rejections r ON r.caller = k.caller AND r.idempotency_key = k.idempotency_key
+        WHERE ins.caller IS NULL AND k.caller = u.c AND k.idempotency_key = u.k) d ON true
      ORDER BY u.n";
 
+/// The accounts of the batch: those named by posts, and those of void targets (an array
+/// built once, so the lookup stays an index scan).
 const ACCOUNTS_SQL: &str = "SELECT a.account_id, a.code, a.currency, a.scale, a.normal_balance, a.allow_negative, a.metadata, a.created_at,
             t.debits::text AS debits, t.credits::text AS credits, t.version
      FROM accounts a JOIN account_totals t USING (account_id)
-     WHERE a.account_id = ANY($1)
-        OR a.account_id IN (SELECT e.account_id FROM postings p JOIN entries e USING (sequence)
-                            WHERE p.posting_id = ANY($2))";
+     WHERE a.account_id = ANY($1::bigint[] || ARRAY(
+        SELECT e.account_id FROM postings p JOIN entries e USING (sequence)
+        WHERE p.posting_id = ANY($2)))";
 
 async fn apply_in_transaction(
     client: &mut deadpool_postgres::Client,
