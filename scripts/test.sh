@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 bash scripts/ensure-deps.sh
 cargo fmt --check
 cargo clippy --locked --all-targets -- -D warnings
-cargo test --locked -- --test-threads "${LEDGER_TEST_THREADS:-4}"
+cargo test --locked --lib --tests -- --test-threads "${LEDGER_TEST_THREADS:-4}"

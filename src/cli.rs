@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -29,6 +30,33 @@ struct DbArgs {
     data_dir: PathBuf,
 }
 
+/// The outbox publisher's settings (`serve` and `relay`).
+#[derive(clap::Args, Debug, Clone)]
+struct OutboxArgs {
+    /// NATS server URL (e.g. nats://127.0.0.1:4222). For `serve` it turns on the in-process
+    /// outbox publisher; `relay` requires it.
+    #[arg(long, env = "LEDGER_NATS_URL")]
+    nats_url: Option<String>,
+    /// Delivered outbox rows older than this are deleted (e.g. 7d, 12h, 30m, 0s).
+    #[arg(long, env = "LEDGER_OUTBOX_RETENTION", default_value = "7d", value_parser = crate::outbox::parse_duration)]
+    outbox_retention: Duration,
+    /// De-duplication window of the JetStream stream `LEDGER` when the publisher creates it.
+    /// It must cover the publisher's restart time.
+    #[arg(long, env = "LEDGER_NATS_DUPLICATE_WINDOW", default_value = "2m", value_parser = crate::outbox::parse_duration)]
+    nats_duplicate_window: Duration,
+}
+
+impl OutboxArgs {
+    fn publisher(&self, database_url: &str) -> Option<crate::outbox::PublisherOptions> {
+        Some(crate::outbox::PublisherOptions {
+            database_url: database_url.to_owned(),
+            nats_url: self.nats_url.clone()?,
+            duplicate_window: self.nats_duplicate_window,
+            retention: self.outbox_retention,
+        })
+    }
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the gRPC server.
@@ -41,6 +69,17 @@ enum Command {
         /// Database connections in the pool (limit).
         #[arg(long, env = "LEDGER_POOL_SIZE", default_value_t = DEFAULT_POOL_SIZE)]
         pool_size: usize,
+        #[command(flatten)]
+        outbox: OutboxArgs,
+    },
+    /// Run the outbox publisher alone: deliver posting events to NATS JetStream.
+    Relay {
+        /// PostgreSQL URL of the ledger's database (required: the relay never starts the
+        /// embedded PostgreSQL, which belongs to `serve`).
+        #[arg(long, env = "DATABASE_URL")]
+        database_url: String,
+        #[command(flatten)]
+        outbox: OutboxArgs,
     },
     /// Apply migrations and exit.
     Migrate {
@@ -49,6 +88,16 @@ enum Command {
     },
     /// Load a running server and report throughput and latency (JSON as the last line).
     Bench(crate::bench::BenchArgs),
+    /// Verify the journal's invariants on a live database; exit 1 on any violation.
+    Check {
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Reports for people and spreadsheets (a client of a running server).
+    Report(crate::report::ReportArgs),
+    /// Benchmark of as-of reads (GetBalance per kind of cut-off on an account with 1,000,000
+    /// legs) and of the write path with and without the as-of index.
+    BenchAsOf(crate::bench_asof::BenchAsOfArgs),
 }
 
 /// Runs the command line; the exit code says whether it succeeded.
@@ -109,13 +158,35 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             listen,
             db,
             pool_size,
+            outbox,
         } => {
             let (url, pg) = database(&db).await?;
-            let result = serve(listen, url, pool_size).await;
+            let result = serve(listen, url, pool_size, outbox).await;
             if let Some(mut pg) = pg {
                 tokio::task::spawn_blocking(move || pg.stop()).await??;
             }
             result?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Relay {
+            database_url,
+            outbox,
+        } => {
+            let Some(opts) = outbox.publisher(&database_url) else {
+                return Err("ledger relay needs --nats-url (env LEDGER_NATS_URL)".into());
+            };
+            crate::storage::migrate(&database_url).await?;
+            let (stop, stopped) = tokio::sync::watch::channel(false);
+            let mut publisher = tokio::spawn(crate::outbox::run(opts, stopped));
+            tokio::select! {
+                _ = shutdown_signal() => {
+                    tracing::info!("shutting down: the publisher stops after its current batch");
+                    let _ = stop.send(true);
+                    publisher.await??;
+                }
+                // It ends by itself only on a configuration error.
+                r = &mut publisher => r??,
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Migrate { db } => {
@@ -139,19 +210,72 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             crate::bench::run(args).await?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Check { db } => {
+            let (url, pg) = database(&db).await?;
+            let result = check(&url).await;
+            if let Some(mut pg) = pg {
+                tokio::task::spawn_blocking(move || pg.stop()).await??;
+            }
+            result
+        }
+        Command::Report(args) => Ok(crate::report::run(args).await?),
+        Command::BenchAsOf(args) => crate::bench_asof::run(args).await,
     }
 }
 
-async fn serve(listen: SocketAddr, database_url: String, pool_size: usize) -> Result<(), BoxError> {
+/// Prints the invariant report; the exit code is 1 when any invariant is violated.
+async fn check(url: &str) -> Result<ExitCode, BoxError> {
+    let mut client = crate::storage::connect(url).await?;
+    let findings = crate::storage::check::run(&mut client).await?;
+    let mut violated = 0;
+    for f in &findings {
+        if f.violations == 0 {
+            println!("ok    {}", f.name);
+        } else {
+            violated += 1;
+            println!("FAIL  {} ({} violations)", f.name, f.violations);
+            for e in &f.examples {
+                println!("        {e}");
+            }
+        }
+    }
+    println!("{} invariants checked, {violated} violated", findings.len());
+    Ok(if violated == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+async fn serve(
+    listen: SocketAddr,
+    database_url: String,
+    pool_size: usize,
+    outbox: OutboxArgs,
+) -> Result<(), BoxError> {
+    let publisher_opts = outbox.publisher(&database_url);
     let server = server::start(ServerOptions {
         listen,
         database_url,
         pool_size,
     })
     .await?;
+    // The outbox publisher in-process (--nats-url); it stops after its current batch.
+    let (stop_publisher, publisher_stopped) = tokio::sync::watch::channel(false);
+    let publisher = match publisher_opts {
+        Some(opts) => Some(crate::outbox::spawn(opts, publisher_stopped)),
+        None => {
+            tracing::info!("no --nats-url: the outbox publisher is off; events wait in the outbox until `ledger relay` or `ledger serve --nats-url` delivers them");
+            None
+        }
+    };
     shutdown_signal().await;
     tracing::info!("shutting down: finishing in-flight requests");
+    let _ = stop_publisher.send(true);
     server.shutdown().await?;
+    if let Some(p) = publisher {
+        let _ = p.await;
+    }
     tracing::info!("stopped");
     Ok(())
 }

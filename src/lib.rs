@@ -1,10 +1,13 @@
 //! The ledger service: an append-only double-entry ledger over gRPC and PostgreSQL.
 
 pub mod bench;
+pub mod bench_asof;
 pub mod cli;
 pub mod domain;
 pub mod embedded_pg;
 pub mod grpc;
+pub mod outbox;
+pub mod report;
 pub mod server;
 pub mod service;
 pub mod storage;

@@ -19,6 +19,9 @@ use time::OffsetDateTime;
 /// Accounts kept in memory (they never change), at most.
 pub const MAX_CACHED_ACCOUNTS: usize = 100_000;
 
+/// Accounts whose balances one query computes while summing a trial balance's totals.
+const TOTALS_CHUNK: i64 = 5000;
+
 /// The ledger service.
 pub struct Ledger {
     pool: Pool,
@@ -309,8 +312,10 @@ impl Ledger {
     /// An account's balance at a cut-off.
     pub async fn get_balance(&self, account: &str, as_of: AsOf) -> Result<Balance, LedgerError> {
         let account = self.get_account(account).await?;
-        let at = self.resolve(as_of).await?;
-        let client = self.client().await?;
+        let mut client = self.client().await?;
+        let at = storage::read::resolve_as_of(&mut client, as_of)
+            .await
+            .map_err(unavailable)??;
         let mut b = storage::read::balances(&client, std::slice::from_ref(&account), &at)
             .await
             .map_err(unavailable)?;
@@ -339,7 +344,9 @@ impl Ledger {
     }
 
     /// A trial balance: balances of accounts by prefix at a cut-off, a page at a time, and
-    /// per-currency totals over every matching account. Later pages keep the first page's cut-off.
+    /// per-currency totals over every matching account. Later pages keep the first page's
+    /// cut-off. The accounts listed are those with a leg recorded by the cut-off (see
+    /// `storage::read::accounts_with_legs`), so the whole answer is final once given.
     pub async fn list_balances(
         &self,
         prefix: &str,
@@ -356,9 +363,16 @@ impl Ledger {
             (Self::applied_from_token(&ints)?, Some(code))
         };
         let client = self.client().await?;
-        let mut page = storage::accounts::list(&client, prefix, after.as_deref(), limit + 1)
-            .await
-            .map_err(unavailable)?;
+        let through = at.sequence as i64;
+        let mut page = storage::read::accounts_with_legs(
+            &client,
+            prefix,
+            after.as_deref(),
+            through,
+            limit + 1,
+        )
+        .await
+        .map_err(unavailable)?;
         let next = if page.len() as i64 > limit {
             page.truncate(limit as usize);
             page_token::encode(
@@ -377,9 +391,15 @@ impl Ledger {
         let mut totals: BTreeMap<(String, u8), (i128, i128)> = BTreeMap::new();
         let mut cursor: Option<String> = None;
         loop {
-            let chunk = storage::accounts::list(&client, prefix, cursor.as_deref(), 5000)
-                .await
-                .map_err(unavailable)?;
+            let chunk = storage::read::accounts_with_legs(
+                &client,
+                prefix,
+                cursor.as_deref(),
+                through,
+                TOTALS_CHUNK,
+            )
+            .await
+            .map_err(unavailable)?;
             if chunk.is_empty() {
                 break;
             }

@@ -10,8 +10,20 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         include_str!("../../migrations/0001_journal.sql"),
     ),
     (
+        "0002_outbox",
+        include_str!("../../migrations/0002_outbox.sql"),
+    ),
+    (
         "0004_batch_without_row_fks",
         include_str!("../../migrations/0004_batch_without_row_fks.sql"),
+    ),
+    (
+        "0005_asof_stabbing",
+        include_str!("../../migrations/0005_asof_stabbing.sql"),
+    ),
+    (
+        "0006_check",
+        include_str!("../../migrations/0006_check.sql"),
     ),
 ];
 

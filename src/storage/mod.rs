@@ -3,7 +3,9 @@
 
 pub mod accounts;
 pub mod batch;
+pub mod check;
 pub mod migrate;
+pub mod outbox;
 pub mod read;
 
 use std::fmt;

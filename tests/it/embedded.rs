@@ -132,3 +132,68 @@ async fn embedded_default_starts_as_root_keeps_data_across_a_restart_and_leaves_
     assert!(!postmaster_alive(&dir));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn embedded_postgres_recovers_after_the_server_and_then_postgres_are_killed() {
+    let dir =
+        std::env::temp_dir().join(format!("ledger-embedded-{}", uuid::Uuid::now_v7().simple()));
+    let port = free_port();
+    let mut child = serve(&dir, port);
+    let mut c = wait_for_client(port).await;
+    for (code, normal, neg) in [
+        ("equity:world", pb::NormalBalance::Credit, true),
+        ("acct:0", pb::NormalBalance::Debit, false),
+    ] {
+        c.create_account(pb::CreateAccountRequest {
+            code: code.into(),
+            currency: "EUR".into(),
+            scale: 2,
+            normal_balance: normal as i32,
+            allow_negative: neg,
+            metadata: Default::default(),
+        })
+        .await
+        .unwrap();
+    }
+    c.post(transfer("k1", "equity:world", "acct:0", "1.00"))
+        .await
+        .unwrap();
+    drop(c);
+    // Kill the server: its PostgreSQL is left running; the next start must cope.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let child = serve(&dir, port);
+    let mut c = wait_for_client(port).await;
+    c.post(transfer("k2", "equity:world", "acct:0", "2.00"))
+        .await
+        .unwrap();
+    drop(c);
+    // Now kill PostgreSQL itself (an unclean stop), then the server; start again.
+    let pid: i32 = std::fs::read_to_string(dir.join("pgdata/postmaster.pid"))
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let mut child = child;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let child = serve(&dir, port);
+    let mut c = wait_for_client(port).await;
+    let b = c
+        .get_balance(pb::GetBalanceRequest {
+            account: "acct:0".into(),
+            as_of: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(b.balance, "3.00", "every acknowledged posting survived");
+    drop(c);
+    sigterm_and_wait(child).await;
+    assert!(!postmaster_alive(&dir));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -3,7 +3,9 @@
 
 #![allow(dead_code)]
 
+pub mod nats;
 pub mod pg;
+pub mod proxy;
 
 use ledger::grpc::pb;
 use ledger::grpc::pb::ledger_client::LedgerClient;

@@ -1,0 +1,421 @@
+//! `ledger bench-as-of`: the as-of scenario. Loads one account with many legs (back-dated and
+//! future-dated ones among them) straight into the journal tables, in the shape the writer
+//! leaves them (running totals per leg, versions, `ledger_state`, `account_totals`), then
+//! measures over gRPC:
+//! - `GetBalance` latency (p50/p99) for each kind of cut-off: none, recorded only, effective
+//!   only, both;
+//! - the write path (`Post` throughput with concurrent callers, a tenth of the postings back-
+//!   or future-dated) with and without the as-of structure (the GiST index
+//!   `entries_irregular_span`), alternating runs.
+//!
+//! Prints a readable summary and, as its last line, a JSON summary.
+
+use crate::embedded_pg::{EmbeddedPg, PgOptions};
+use crate::grpc::pb;
+use crate::grpc::pb::ledger_client::LedgerClient;
+use crate::server::{self, ServerOptions};
+use hdrhistogram::Histogram;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use tonic::transport::Channel;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The hot account the scenario loads and queries.
+pub const HOT: &str = "bench:hot";
+/// Its counterpart (credit-normal, may go negative).
+pub const WORLD: &str = "bench:world";
+/// Legs of the hot account per loaded posting (plus one balancing leg on the counterpart).
+pub const HOT_LEGS_PER_POSTING: i64 = 10;
+/// Days of history the loaded legs span (recorded times), ending a little before now.
+pub const HISTORY_DAYS: i64 = 365;
+/// Largest back- or future-dating of a loaded posting, in days.
+pub const MAX_SHIFT_DAYS: i64 = 30;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchAsOfArgs {
+    /// PostgreSQL URL of an EMPTY database to load (its journal is filled). Without it, a
+    /// private PostgreSQL is started in --data-dir and removed afterwards.
+    #[arg(long, env = "BENCH_DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// Where the private PostgreSQL lives (without --database-url).
+    #[arg(long, default_value = "/tmp/ledger-bench-asof")]
+    pub data_dir: PathBuf,
+    /// Legs of the hot account.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub legs: i64,
+    /// Percent of loaded postings back-dated, and the same percent future-dated.
+    #[arg(long, default_value_t = 5)]
+    pub irregular_percent: i64,
+    /// GetBalance calls measured per kind of cut-off (after a warm-up).
+    #[arg(long, default_value_t = 2000)]
+    pub samples: u64,
+    /// Seconds of each write-path run.
+    #[arg(long, default_value_t = 8)]
+    pub write_seconds: u64,
+    /// Write-path runs with and without the structure (alternating).
+    #[arg(long, default_value_t = 2)]
+    pub write_rounds: u32,
+    /// Concurrent posting callers in the write-path runs.
+    #[arg(long, default_value_t = 64)]
+    pub writers: usize,
+}
+
+/// Runs the scenario.
+///
+/// The private PostgreSQL keeps `fsync` on (durable), as a deployment would.
+pub async fn run(args: BenchAsOfArgs) -> Result<ExitCode, BoxError> {
+    let (url, pg) = match &args.database_url {
+        Some(url) => (url.clone(), None),
+        None => {
+            let mut opts = PgOptions::new(args.data_dir.clone());
+            opts.fast_unsafe = false;
+            let pg = tokio::task::spawn_blocking(move || EmbeddedPg::start(opts)).await??;
+            pg.create_database_if_missing("ledger")?;
+            let url = pg.connection_string("ledger");
+            (url, Some(pg))
+        }
+    };
+    let result = scenario(&args, &url).await;
+    if let Some(mut pg) = pg {
+        pg.set_remove_on_drop(true);
+        tokio::task::spawn_blocking(move || pg.stop()).await??;
+    }
+    result?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn scenario(args: &BenchAsOfArgs, url: &str) -> Result<(), BoxError> {
+    crate::storage::migrate(url).await?;
+    let db = crate::storage::connect(url).await?;
+    let existing: i64 = db
+        .query_one("SELECT count(*) FROM postings", &[])
+        .await?
+        .get(0);
+    if existing > 0 {
+        return Err(
+            format!("the database already holds {existing} postings; give an empty one").into(),
+        );
+    }
+    let t = Instant::now();
+    load(&db, args).await?;
+    let load_secs = t.elapsed().as_secs_f64();
+    let irregular: i64 = db
+        .query_one(
+            "SELECT count(*) FROM entries e JOIN accounts a USING (account_id)
+             WHERE a.code = $1 AND e.effective_at <> e.recorded_at",
+            &[&HOT],
+        )
+        .await?
+        .get(0);
+    eprintln!(
+        "loaded {} legs on {HOT} ({irregular} back- or future-dated) in {load_secs:.1} s",
+        args.legs
+    );
+
+    let server = server::start(ServerOptions {
+        listen: "127.0.0.1:0".parse()?,
+        database_url: url.to_owned(),
+        pool_size: crate::storage::DEFAULT_POOL_SIZE,
+    })
+    .await?;
+    let endpoint = format!("http://{}", server.local_addr);
+    let mut client = LedgerClient::new(Channel::from_shared(endpoint.clone())?.connect().await?);
+
+    let bounds = db
+        .query_one(
+            "SELECT min(recorded_at), max(recorded_at), min(effective_at), max(effective_at) FROM postings",
+            &[],
+        )
+        .await?;
+    let (r_lo, r_hi): (time::OffsetDateTime, time::OffsetDateTime) = (bounds.get(0), bounds.get(1));
+    let (e_lo, e_hi): (time::OffsetDateTime, time::OffsetDateTime) = (bounds.get(2), bounds.get(3));
+    let mut rng = XorShift(0x5eed_1234_abcd_0001);
+    let mut reads = Vec::new();
+    for kind in ["none", "recorded", "effective", "both"] {
+        let mut h = Histogram::<u64>::new(3)?;
+        for i in 0..(args.samples + args.samples / 10) {
+            let r = uniform(&mut rng, r_lo, r_hi);
+            let e = uniform(&mut rng, e_lo, e_hi);
+            let as_of = match kind {
+                "none" => None,
+                "recorded" => Some((Some(r), None)),
+                "effective" => Some((None, Some(e))),
+                _ => Some((Some(r), Some(e))),
+            }
+            .map(|(r, e)| pb::AsOf {
+                recorded_at: r.map(ts),
+                effective_at: e.map(ts),
+            });
+            let start = Instant::now();
+            client
+                .get_balance(pb::GetBalanceRequest {
+                    account: HOT.into(),
+                    as_of,
+                })
+                .await?;
+            // The first tenth warms caches and connections.
+            if i >= args.samples / 10 {
+                h.record(start.elapsed().as_micros() as u64)?;
+            }
+        }
+        let p = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+        eprintln!(
+            "GetBalance cut-off {kind:<9}: p50 {:.2} ms  p99 {:.2} ms  max {:.2} ms  ({} calls)",
+            p(0.5),
+            p(0.99),
+            h.max() as f64 / 1000.0,
+            h.len()
+        );
+        reads.push(format!(
+            r#"{{"cut_off":"{kind}","p50_ms":{:.3},"p99_ms":{:.3},"max_ms":{:.3},"calls":{}}}"#,
+            p(0.5),
+            p(0.99),
+            h.max() as f64 / 1000.0,
+            h.len()
+        ));
+    }
+
+    // The write path, with and without the structure, alternating.
+    let mut with = Vec::new();
+    let mut without = Vec::new();
+    let mut round = 0u64;
+    for r in 0..args.write_rounds {
+        for indexed in [true, false] {
+            set_structure(&db, indexed).await?;
+            round += 1;
+            let rate = post_rate(&endpoint, args, round).await?;
+            eprintln!(
+                "write round {} {}: {rate:.0} postings/s",
+                r + 1,
+                if indexed {
+                    "with the index   "
+                } else {
+                    "without the index"
+                }
+            );
+            if indexed {
+                with.push(rate)
+            } else {
+                without.push(rate)
+            }
+        }
+    }
+    set_structure(&db, true).await?;
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let slowdown = if mean(&without) > 0.0 {
+        (1.0 - mean(&with) / mean(&without)) * 100.0
+    } else {
+        0.0
+    };
+    let write = if args.write_rounds == 0 {
+        "null".to_string()
+    } else {
+        eprintln!(
+            "write path: {:.0} postings/s with the index, {:.0} without ({slowdown:+.1}% slower with it)",
+            mean(&with),
+            mean(&without)
+        );
+        format!(
+            r#"{{"with_index_per_s":{:.0},"without_index_per_s":{:.0},"slowdown_percent":{slowdown:.1},"writers":{},"seconds_per_run":{},"rounds":{}}}"#,
+            mean(&with),
+            mean(&without),
+            args.writers,
+            args.write_seconds,
+            args.write_rounds
+        )
+    };
+    server.shutdown().await?;
+    println!(
+        r#"{{"scenario":"as-of","legs":{},"irregular_legs":{irregular},"load_seconds":{load_secs:.1},"get_balance":[{}],"write":{write}}}"#,
+        args.legs,
+        reads.join(","),
+    );
+    Ok(())
+}
+
+/// Creates or drops the as-of structure (the GiST index of migration 0005).
+async fn set_structure(db: &tokio_postgres::Client, present: bool) -> Result<(), BoxError> {
+    if present {
+        exec(
+            db,
+            "CREATE INDEX IF NOT EXISTS entries_irregular_span ON entries USING gist (
+               account_id,
+               tstzrange(least(effective_at, recorded_at), greatest(effective_at, recorded_at), '[)')
+             ) INCLUDE (sequence, direction, amount, effective_at, recorded_at)
+               WHERE effective_at <> recorded_at",
+        )
+        .await?;
+    } else {
+        exec(db, "DROP INDEX IF EXISTS entries_irregular_span").await?;
+    }
+    exec(db, "CHECKPOINT").await?;
+    Ok(())
+}
+
+/// Postings per second over `write_seconds`, from `writers` concurrent callers on 4 channels,
+/// each posting hot ← world; one in ten back-dated, one in ten future-dated.
+async fn post_rate(endpoint: &str, args: &BenchAsOfArgs, round: u64) -> Result<f64, BoxError> {
+    let mut channels = Vec::new();
+    for _ in 0..4 {
+        channels.push(Channel::from_shared(endpoint.to_owned())?.connect().await?);
+    }
+    let deadline = Instant::now() + Duration::from_secs(args.write_seconds);
+    let mut tasks = Vec::new();
+    for w in 0..args.writers {
+        let mut client = LedgerClient::new(channels[w % channels.len()].clone());
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while Instant::now() < deadline {
+                let now = time::OffsetDateTime::now_utc();
+                let effective_at = match n % 10 {
+                    3 => Some(ts(now - time::Duration::hours(1 + (n % 48) as i64))),
+                    7 => Some(ts(now + time::Duration::hours(1 + (n % 48) as i64))),
+                    _ => None,
+                };
+                client
+                    .post(pb::PostRequest {
+                        idempotency_key: format!("bench-{round}-{w}-{n}"),
+                        legs: vec![
+                            pb::Leg {
+                                account: HOT.into(),
+                                direction: pb::Direction::Debit as i32,
+                                amount: "1.25".into(),
+                            },
+                            pb::Leg {
+                                account: WORLD.into(),
+                                direction: pb::Direction::Credit as i32,
+                                amount: "1.25".into(),
+                            },
+                        ],
+                        effective_at,
+                        memo: String::new(),
+                        metadata: Default::default(),
+                    })
+                    .await?;
+                n += 1;
+            }
+            Ok::<u64, tonic::Status>(n)
+        }));
+    }
+    let start = Instant::now();
+    let mut total = 0;
+    for t in tasks {
+        total += t.await??;
+    }
+    Ok(total as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Loads `legs` legs of the hot account: postings of [`HOT_LEGS_PER_POSTING`] hot legs (debits
+/// and smaller credits) and one balancing credit on the counterpart, recorded evenly over
+/// [`HISTORY_DAYS`] up to a minute ago; a share back-dated and a share future-dated by up to
+/// [`MAX_SHIFT_DAYS`]. Running totals and versions are computed as the writer does.
+async fn load(db: &tokio_postgres::Client, args: &BenchAsOfArgs) -> Result<(), BoxError> {
+    let postings = (args.legs + HOT_LEGS_PER_POSTING - 1) / HOT_LEGS_PER_POSTING;
+    exec(db, &format!(
+        "INSERT INTO accounts (code, currency, scale, normal_balance, allow_negative, metadata)
+           VALUES ('{HOT}', 'EUR', 2, 'debit', true, '{{}}'), ('{WORLD}', 'EUR', 2, 'credit', true, '{{}}');
+         INSERT INTO account_totals SELECT account_id, 0, 0, 0, 0 FROM accounts;"
+    ))
+    .await?;
+    let step_us = HISTORY_DAYS * 86_400_000_000 / postings.max(1);
+    let shift_us = MAX_SHIFT_DAYS * 86_400_000_000;
+    let pct = args.irregular_percent;
+    // Deterministic pseudo-random choices: a seeded generator in one session.
+    exec(db, &format!(
+        "BEGIN;
+         SELECT setseed(0.42);
+         CREATE TEMP TABLE bench_p ON COMMIT DROP AS
+           SELECT s AS sequence,
+                  date_trunc('second', now()) - interval '1 minute'
+                    - ({postings} - s) * interval '{step_us} microseconds' AS recorded_at,
+                  (random() * 100)::int AS kind,
+                  1 + (random() * {shift_us})::bigint AS shift
+           FROM generate_series(1, {postings}) s;
+         INSERT INTO idempotency_keys (caller, idempotency_key, operation, fingerprint, decided_at)
+           SELECT 'bench', 'load-' || sequence, 'post', sha256(('load-' || sequence)::bytea), recorded_at FROM bench_p;
+         INSERT INTO postings (sequence, posting_id, caller, idempotency_key, effective_at, recorded_at, memo, metadata)
+           SELECT sequence, gen_random_uuid(), 'bench', 'load-' || sequence,
+                  CASE WHEN kind < {pct} THEN recorded_at - shift * interval '1 microsecond'
+                       WHEN kind < 2 * {pct} THEN recorded_at + shift * interval '1 microsecond'
+                       ELSE recorded_at END,
+                  recorded_at, '', '{{}}'
+           FROM bench_p;
+         CREATE TEMP TABLE bench_l ON COMMIT DROP AS
+           SELECT p.sequence, j AS leg_index, a.account_id,
+                  CASE WHEN j % 2 = 0 THEN 'D' ELSE 'C' END::\"char\" AS direction,
+                  CASE WHEN j % 2 = 0 THEN round(10 + (random() * 9000)::int::numeric / 100, 2)
+                       ELSE round(0.01 + (random() * 900)::int::numeric / 100, 2) END AS amount,
+                  p.recorded_at, p.effective_at
+           FROM postings p CROSS JOIN generate_series(0, {hl} - 1) j
+           JOIN accounts a ON a.code = '{HOT}'
+           WHERE p.sequence * {hl} - ({hl} - 1 - j) <= {legs};
+         INSERT INTO bench_l
+           SELECT l.sequence, max(l.leg_index) + 1, w.account_id, 'C',
+                  sum(CASE WHEN l.direction = 'D' THEN l.amount ELSE -l.amount END),
+                  min(l.recorded_at), min(l.effective_at)
+           FROM bench_l l JOIN accounts w ON w.code = '{WORLD}'
+           GROUP BY l.sequence, w.account_id;
+         INSERT INTO entries (sequence, leg_index, account_id, direction, amount, account_version,
+                              debits_after, credits_after, recorded_at, effective_at)
+           SELECT sequence, leg_index, account_id, direction, amount,
+                  row_number() OVER w,
+                  sum(CASE WHEN direction = 'D' THEN amount ELSE 0 END) OVER w,
+                  sum(CASE WHEN direction = 'C' THEN amount ELSE 0 END) OVER w,
+                  recorded_at, effective_at
+           FROM bench_l
+           WINDOW w AS (PARTITION BY account_id ORDER BY sequence, leg_index);
+         UPDATE account_totals t SET debits = x.d, credits = x.c, version = x.v, last_sequence = x.s
+           FROM (SELECT account_id, coalesce(sum(amount) FILTER (WHERE direction = 'D'), 0) AS d,
+                        coalesce(sum(amount) FILTER (WHERE direction = 'C'), 0) AS c,
+                        count(*) AS v, max(sequence) AS s
+                 FROM entries GROUP BY account_id) x
+           WHERE t.account_id = x.account_id;
+         UPDATE ledger_state SET last_sequence = {postings},
+           last_recorded_at = (SELECT max(recorded_at) FROM postings);
+         COMMIT;",
+        hl = HOT_LEGS_PER_POSTING,
+        legs = args.legs,
+    ))
+    .await?;
+    // Index-only scans need the visibility map; planning needs statistics.
+    exec(db, "VACUUM ANALYZE entries").await?;
+    exec(db, "VACUUM ANALYZE postings").await?;
+    Ok(())
+}
+
+/// Runs SQL, with the database's own message on failure.
+async fn exec(db: &tokio_postgres::Client, sql: &str) -> Result<(), BoxError> {
+    db.batch_execute(sql)
+        .await
+        .map_err(|e| crate::storage::StorageError::from(e).into())
+}
+
+fn ts(t: time::OffsetDateTime) -> prost_types::Timestamp {
+    let n = t.unix_timestamp_nanos();
+    prost_types::Timestamp {
+        seconds: n.div_euclid(1_000_000_000) as i64,
+        nanos: (n.rem_euclid(1_000_000_000) / 1000 * 1000) as i32,
+    }
+}
+
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn uniform(
+    rng: &mut XorShift,
+    lo: time::OffsetDateTime,
+    hi: time::OffsetDateTime,
+) -> time::OffsetDateTime {
+    let span = (hi - lo).whole_microseconds().max(1) as u64;
+    lo + time::Duration::microseconds((rng.next() % span) as i64)
+}

@@ -1,0 +1,173 @@
+//! `ledger check`: the journal's invariants, verified on a live database by SQL. Each check
+//! counts violations and shows a few examples; the report is read by operators.
+
+use super::StorageError;
+
+/// One invariant and what was found.
+#[derive(Debug, Clone)]
+pub struct Finding {
+    pub name: &'static str,
+    pub violations: i64,
+    pub examples: Vec<String>,
+}
+
+/// Invariants as (name, SQL returning one text column per violating example). Each query
+/// lists violations; at most [`MAX_EXAMPLES`] are shown.
+const CHECKS: &[(&str, &str)] = &[
+    (
+        "every posting balances per currency",
+        "SELECT format('posting %s %s: debits %s credits %s', e.sequence, a.currency,
+                sum(e.amount) FILTER (WHERE e.direction = 'D'), sum(e.amount) FILTER (WHERE e.direction = 'C'))
+         FROM entries e JOIN accounts a USING (account_id)
+         GROUP BY e.sequence, a.currency
+         HAVING coalesce(sum(e.amount) FILTER (WHERE e.direction = 'D'), 0)
+             <> coalesce(sum(e.amount) FILTER (WHERE e.direction = 'C'), 0)",
+    ),
+    (
+        "every posting has at least two legs, numbered from 0",
+        "SELECT format('posting %s has %s legs (max index %s)', p.sequence, count(e.leg_index), max(e.leg_index))
+         FROM postings p LEFT JOIN entries e USING (sequence)
+         GROUP BY p.sequence
+         HAVING count(e.leg_index) < 2 OR max(e.leg_index) <> count(e.leg_index) - 1",
+    ),
+    (
+        "debits equal credits per currency over the whole journal",
+        "SELECT format('%s: debits %s credits %s', a.currency,
+                sum(e.amount) FILTER (WHERE e.direction = 'D'), sum(e.amount) FILTER (WHERE e.direction = 'C'))
+         FROM entries e JOIN accounts a USING (account_id)
+         GROUP BY a.currency
+         HAVING coalesce(sum(e.amount) FILTER (WHERE e.direction = 'D'), 0)
+             <> coalesce(sum(e.amount) FILTER (WHERE e.direction = 'C'), 0)",
+    ),
+    (
+        "stored account totals equal the sums of their legs",
+        "SELECT format('account %s: stored debits %s credits %s version %s, legs say %s %s %s', a.code,
+                t.debits, t.credits, t.version, s.d, s.c, s.n)
+         FROM account_totals t JOIN accounts a USING (account_id)
+         CROSS JOIN LATERAL (
+           SELECT coalesce(sum(amount) FILTER (WHERE direction = 'D'), 0) AS d,
+                  coalesce(sum(amount) FILTER (WHERE direction = 'C'), 0) AS c,
+                  count(*) AS n
+           FROM entries e WHERE e.account_id = t.account_id) s
+         WHERE t.debits <> s.d OR t.credits <> s.c OR t.version <> s.n",
+    ),
+    (
+        "every account has a totals row",
+        "SELECT format('account %s has no totals row', a.code)
+         FROM accounts a LEFT JOIN account_totals t USING (account_id) WHERE t.account_id IS NULL",
+    ),
+    (
+        "running totals after each leg chain consistently (versions 1, 2, 3 … in sequence order)",
+        "SELECT format('account %s version %s (posting %s): stored after %s/%s, running %s/%s, expected version %s', a.code,
+                x.account_version, x.sequence, x.debits_after, x.credits_after, x.rd, x.rc, x.rn)
+         FROM (
+           SELECT e.*, sum(CASE WHEN direction = 'D' THEN amount ELSE 0 END) OVER w AS rd,
+                  sum(CASE WHEN direction = 'C' THEN amount ELSE 0 END) OVER w AS rc,
+                  row_number() OVER w AS rn
+           FROM entries e
+           WINDOW w AS (PARTITION BY account_id ORDER BY sequence, leg_index ROWS UNBOUNDED PRECEDING)) x
+         JOIN accounts a USING (account_id)
+         WHERE x.debits_after <> x.rd OR x.credits_after <> x.rc OR x.account_version <> x.rn",
+    ),
+    (
+        "no account that forbids negative balances was ever below zero",
+        "SELECT format('account %s below zero after posting %s: debits %s credits %s', a.code, e.sequence, e.debits_after, e.credits_after)
+         FROM entries e JOIN accounts a USING (account_id)
+         WHERE NOT a.allow_negative AND CASE a.normal_balance WHEN 'debit' THEN e.debits_after - e.credits_after
+                                                             ELSE e.credits_after - e.debits_after END < 0",
+    ),
+    (
+        "sequence is gapless from 1 and matches the ledger state",
+        "SELECT format('postings: %s rows, sequences %s..%s; ledger_state.last_sequence %s', c.n, c.lo, c.hi, s.last_sequence)
+         FROM (SELECT count(*) AS n, coalesce(min(sequence), 1) AS lo, coalesce(max(sequence), 0) AS hi FROM postings) c,
+              ledger_state s
+         WHERE c.lo <> 1 OR c.hi <> c.n OR s.last_sequence <> c.hi",
+    ),
+    (
+        "recorded_at strictly increases with sequence, and legs carry their posting's times",
+        "SELECT format('posting %s recorded %s, previous %s', sequence, recorded_at, prev)
+         FROM (SELECT sequence, recorded_at, lag(recorded_at) OVER (ORDER BY sequence) AS prev FROM postings) x
+         WHERE prev >= recorded_at
+         UNION ALL
+         SELECT format('posting %s leg %s has times %s/%s, posting %s/%s', p.sequence, e.leg_index, e.recorded_at, e.effective_at, p.recorded_at, p.effective_at)
+         FROM entries e JOIN postings p USING (sequence)
+         WHERE e.recorded_at <> p.recorded_at OR e.effective_at <> p.effective_at",
+    ),
+    (
+        "each void reverses an existing posting that is not itself a void",
+        "SELECT format('void %s of %s: %s', v.posting_id, v.voids_posting_id,
+                CASE WHEN t.posting_id IS NULL THEN 'target missing' ELSE 'target is a void' END)
+         FROM postings v LEFT JOIN postings t ON t.posting_id = v.voids_posting_id
+         WHERE v.voids_posting_id IS NOT NULL AND (t.posting_id IS NULL OR t.voids_posting_id IS NOT NULL)
+         UNION ALL
+         SELECT format('void %s leg %s does not mirror leg %s of %s', v.posting_id, ve.leg_index, te.leg_index, t.posting_id)
+         FROM postings v JOIN postings t ON t.posting_id = v.voids_posting_id
+         JOIN entries ve ON ve.sequence = v.sequence
+         LEFT JOIN entries te ON te.sequence = t.sequence AND te.leg_index = ve.leg_index
+         WHERE te.leg_index IS NULL OR te.account_id <> ve.account_id OR te.amount <> ve.amount OR te.direction = ve.direction",
+    ),
+    (
+        "no posting is voided twice",
+        "SELECT format('posting %s voided %s times', voids_posting_id, count(*))
+         FROM postings WHERE voids_posting_id IS NOT NULL GROUP BY voids_posting_id HAVING count(*) > 1",
+    ),
+    (
+        "every decided key has exactly one outcome (a posting or a rejection)",
+        "SELECT format('key (%s, %s): %s postings, %s rejections', k.caller, k.idempotency_key,
+                (SELECT count(*) FROM postings p WHERE p.caller = k.caller AND p.idempotency_key = k.idempotency_key),
+                (SELECT count(*) FROM rejections r WHERE r.caller = k.caller AND r.idempotency_key = k.idempotency_key))
+         FROM idempotency_keys k
+         WHERE (SELECT count(*) FROM postings p WHERE p.caller = k.caller AND p.idempotency_key = k.idempotency_key)
+             + (SELECT count(*) FROM rejections r WHERE r.caller = k.caller AND r.idempotency_key = k.idempotency_key) <> 1",
+    ),
+    (
+        "every posting has exactly one event (pending in the outbox or already delivered)",
+        "SELECT format('posting %s has no event', p.sequence)
+         FROM postings p
+         WHERE NOT EXISTS (SELECT 1 FROM outbox o WHERE o.sequence = p.sequence)
+           AND p.sequence > ledger_published_sequence()
+         UNION ALL
+         SELECT format('outbox row %s names posting %s but the posting is %s', o.sequence, o.posting_id, p.posting_id)
+         FROM outbox o JOIN postings p USING (sequence) WHERE o.posting_id <> p.posting_id",
+    ),
+];
+
+/// Examples shown per violated invariant, at most.
+pub const MAX_EXAMPLES: i64 = 5;
+
+/// Runs every check. Runs in one REPEATABLE READ, READ ONLY transaction, so all checks see one
+/// consistent snapshot even while the ledger is being written.
+pub async fn run(client: &mut tokio_postgres::Client) -> Result<Vec<Finding>, StorageError> {
+    let tx = client
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await?;
+    let mut findings = Vec::new();
+    for (name, sql) in CHECKS {
+        let count: i64 = tx
+            .query_one(&format!("SELECT count(*) FROM ({sql}) v"), &[])
+            .await?
+            .get(0);
+        let examples = if count > 0 {
+            tx.query(
+                &format!("SELECT * FROM ({sql}) v LIMIT {MAX_EXAMPLES}"),
+                &[],
+            )
+            .await?
+            .iter()
+            .map(|r| r.get::<_, Option<String>>(0).unwrap_or_default())
+            .collect()
+        } else {
+            Vec::new()
+        };
+        findings.push(Finding {
+            name,
+            violations: count,
+            examples,
+        });
+    }
+    tx.commit().await?;
+    Ok(findings)
+}
