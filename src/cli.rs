@@ -93,6 +93,8 @@ enum Command {
         #[command(flatten)]
         db: DbArgs,
     },
+    /// Load a running server and report throughput and latency (JSON as the last line).
+    Bench(crate::bench::BenchArgs),
     /// Verify the journal's invariants on a live database; exit 1 on any violation.
     Check {
         #[command(flatten)]
@@ -288,6 +290,10 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
                     applied.join(", ")
                 }
             );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(args) => {
+            crate::bench::run(args).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Check { db } => {

@@ -5,13 +5,21 @@
 
 use crate::domain::LedgerError;
 use crate::storage::batch::{self, Command, Outcome, WriteRequest};
-use crate::storage::Pool;
+use crate::storage::{Pool, StorageError};
 use tokio::sync::{mpsc, oneshot};
 
 /// Requests applied in one transaction, at most.
 pub const MAX_BATCH: usize = 1000;
 /// Requests waiting for the writer, at most; beyond it callers get `UNAVAILABLE`.
 pub const MAX_WRITE_QUEUE: usize = 20_000;
+/// Batches in flight at once, each on its own connection. The ledger's advisory lock still
+/// applies them one at a time; a second lane has its next batch formed, sent and queued on the
+/// lock while the first commits, so the lock passes from batch to batch without a round trip.
+pub const WRITER_LANES: usize = 2;
+/// Longest a batch may take before the writer gives up on it and its connection (limit
+/// BATCH_TIMEOUT): its callers are told `UNAVAILABLE` (the outcome is unknown; their retry
+/// settles it), and the connection is closed, never returned to the pool.
+pub const BATCH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 struct Job {
     request: WriteRequest,
@@ -31,7 +39,14 @@ impl Writer {
     /// Starts the writer task on the current runtime. It ends when every handle is dropped.
     pub fn spawn(pool: Pool, observer: Option<BatchObserver>) -> Writer {
         let (tx, rx) = mpsc::channel(MAX_WRITE_QUEUE);
-        tokio::spawn(run(pool, rx, observer));
+        let rx = std::sync::Arc::new(tokio::sync::Mutex::new(rx));
+        let lanes = std::env::var("LEDGER_WRITER_LANES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(WRITER_LANES);
+        for _ in 0..lanes {
+            tokio::spawn(run(pool.clone(), rx.clone(), observer.clone()));
+        }
         Writer { queue: tx }
     }
 
@@ -56,14 +71,29 @@ impl Writer {
     }
 }
 
-async fn run(pool: Pool, mut rx: mpsc::Receiver<Job>, observer: Option<BatchObserver>) {
+/// One lane: takes what is queued (waiting for the first request, never on a timer), applies
+/// it, answers, and repeats until every handle is dropped.
+async fn run(
+    pool: Pool,
+    rx: std::sync::Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>,
+    observer: Option<BatchObserver>,
+) {
     let mut jobs: Vec<Job> = Vec::with_capacity(MAX_BATCH);
-    while let Some(job) = rx.recv().await {
-        jobs.push(job);
-        while jobs.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(job) => jobs.push(job),
-                Err(_) => break,
+    // The writer keeps its connection between batches (its prepared statements stay cached,
+    // and no pool check per batch); after a failed batch it takes a fresh one.
+    let mut conn: Option<deadpool_postgres::Client> = None;
+    loop {
+        {
+            let mut rx = rx.lock().await;
+            match rx.recv().await {
+                Some(job) => jobs.push(job),
+                None => return,
+            }
+            while jobs.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(job) => jobs.push(job),
+                    Err(_) => break,
+                }
             }
         }
         // Callers that gave up (deadline, cancel) are left out before the write.
@@ -72,9 +102,31 @@ async fn run(pool: Pool, mut rx: mpsc::Receiver<Job>, observer: Option<BatchObse
             continue;
         }
         let requests: Vec<WriteRequest> = jobs.iter().map(|j| j.request.clone()).collect();
-        let result = match pool.get().await {
-            Ok(mut client) => batch::apply(&mut client, &requests).await,
-            Err(e) => Err(e.into()),
+        let client = match conn.take() {
+            Some(c) => Ok(c),
+            None => pool.get().await.map_err(StorageError::from),
+        };
+        let result = match client {
+            Ok(mut client) => {
+                match tokio::time::timeout(BATCH_TIMEOUT, batch::apply(&mut client, &requests))
+                    .await
+                {
+                    Ok(r) => {
+                        if r.is_ok() {
+                            conn = Some(client);
+                        }
+                        r
+                    }
+                    Err(_) => {
+                        // Detach the connection from the pool and close it: its state is unknown.
+                        drop(deadpool_postgres::Object::take(client));
+                        Err(StorageError::Pool(format!(
+                            "the write batch took longer than {BATCH_TIMEOUT:?} (limit BATCH_TIMEOUT)"
+                        )))
+                    }
+                }
+            }
+            Err(e) => Err(e),
         };
         if let Some(o) = &observer {
             o(jobs.len(), result.is_ok());

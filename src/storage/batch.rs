@@ -12,8 +12,9 @@ use crate::domain::engine::{Engine, Rule, Totals};
 use crate::domain::posting::{check_balanced, Fingerprint, Leg, ValidPost, ValidVoid};
 use crate::domain::record::{Decided, PostedLeg, Posting};
 use crate::domain::{Account, LedgerError, Metadata, Reason};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use time::{Duration, OffsetDateTime};
+use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
 /// What a caller asked the writer to do.
@@ -65,28 +66,76 @@ struct Decision {
 
 /// Applies a batch in one transaction. Returns one outcome per request, in order, only after
 /// the commit succeeded. Any error means nothing of the batch may be assumed (the commit's
-/// fate may be unknown): every caller must be told `UNAVAILABLE`.
+/// fate may be unknown): every caller must be told `UNAVAILABLE`. On error the transaction is
+/// rolled back (best effort) so the connection can be reused.
+///
+/// Round trips: the statements are prepared once per connection (`prepare_cached`), and sent
+/// pipelined: `BEGIN`, the lock, the state, the key claim (which also reads the stored decision
+/// of every key already decided) and the accounts go in one round trip; the writes and `COMMIT`
+/// in a second. Replays and voids add one round trip each, only when the batch has them.
 pub async fn apply(
     client: &mut deadpool_postgres::Client,
     requests: &[WriteRequest],
 ) -> Result<Vec<Outcome>, StorageError> {
     assert!(!requests.is_empty(), "empty batch");
-    let tx = client.transaction().await?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&LEDGER_WRITE_LOCK])
-        .await?;
-    // After the lock: a new snapshot sees every earlier batch; the clock is read after any
-    // reader that fenced a cut-off released its shared lock.
-    let state = tx
-        .query_one(
-            "SELECT last_sequence, last_recorded_at, clock_timestamp() AS now FROM ledger_state WHERE ledger_id = 1 FOR UPDATE",
-            &[],
-        )
-        .await?;
-    let last_sequence: i64 = state.get("last_sequence");
-    let last_recorded: OffsetDateTime = state.get("last_recorded_at");
-    let now: OffsetDateTime = state.get("now");
-    // Strictly after the clock any fenced reader saw, and after the last batch.
-    let base = (now + Duration::microseconds(1)).max(last_recorded + Duration::microseconds(1));
+    let result = apply_in_transaction(client, requests).await;
+    if result.is_err() {
+        // The transaction may still be open (aborted): end it so the connection is clean.
+        let _ = client.batch_execute("ROLLBACK").await;
+    }
+    result
+}
+
+/// Opens the batch transaction. If the writer's connection goes silent mid-batch (a network
+/// black hole), the server ends the transaction by itself after
+/// `idle_in_transaction_session_timeout` (limit `BATCH_IDLE_TIMEOUT`), releasing the ledger's
+/// write lock for the next batch on a fresh connection.
+const BEGIN_SQL: &str = "BEGIN; SET LOCAL idle_in_transaction_session_timeout = '15s'";
+
+/// Claims the batch's keys, and for each key that was already decided reads its stored
+/// decision (the lateral lookup runs only for keys the insert did not claim: its
+/// `ins.caller IS NULL` is a one-time filter).
+const CLAIM_SQL: &str = "WITH u AS (
+        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[]) WITH ORDINALITY AS u(c, k, o, f, n)),
+     ins AS (
+        INSERT INTO idempotency_keys (caller, idempotency_key, operation, fingerprint, decided_at)
+        SELECT c, k, o, f, clock_timestamp() FROM u ORDER BY n
+        ON CONFLICT ON CONSTRAINT idempotency_keys_unique DO NOTHING
+        RETURNING caller, idempotency_key)
+     SELECT u.n, ins.caller IS NOT NULL AS claimed, d.operation, d.fingerprint, d.sequence, d.reason, d.message
+     FROM u
+     LEFT JOIN ins ON ins.caller = u.c AND ins.idempotency_key = u.k
+     LEFT JOIN LATERAL (
+        SELECT k.operation, k.fingerprint, p.sequence, r.reason, r.message
+        FROM idempotency_keys k
+        LEFT JOIN postings p ON p.caller = k.caller AND p.idempotency_key = k.idempotency_key
+        LEFT JOIN rejections r ON r.caller = k.caller AND r.idempotency_key = k.idempotency_key
+        WHERE ins.caller IS NULL AND k.caller = u.c AND k.idempotency_key = u.k) d ON true
+     ORDER BY u.n";
+
+/// The accounts of the batch: those named by posts, and those of void targets (an array
+/// built once, so the lookup stays an index scan).
+const ACCOUNTS_SQL: &str = "SELECT a.account_id, a.code, a.currency, a.scale, a.normal_balance, a.allow_negative, a.metadata, a.created_at,
+            t.debits::text AS debits, t.credits::text AS credits, t.version
+     FROM accounts a JOIN account_totals t USING (account_id)
+     WHERE a.account_id = ANY($1::bigint[] || ARRAY(
+        SELECT e.account_id FROM postings p JOIN entries e USING (sequence)
+        WHERE p.posting_id = ANY($2)))";
+
+async fn apply_in_transaction(
+    client: &mut deadpool_postgres::Client,
+    requests: &[WriteRequest],
+) -> Result<Vec<Outcome>, StorageError> {
+    let t0 = std::time::Instant::now();
+    let mut marks: Vec<(&str, u128)> = Vec::new();
+    let (lock_st, state_st, claim_st, accounts_st) = futures_util::try_join!(
+        client.prepare_cached("SELECT pg_advisory_xact_lock($1)"),
+        client.prepare_cached(
+            "SELECT last_sequence, last_recorded_at, clock_timestamp() AS now FROM ledger_state WHERE ledger_id = 1 FOR UPDATE"
+        ),
+        client.prepare_cached(CLAIM_SQL),
+        client.prepare_cached(ACCOUNTS_SQL),
+    )?;
 
     // The first request of each (caller, key) goes to the database; later ones in the batch
     // are answered from it.
@@ -98,8 +147,6 @@ pub async fn apply(
     }
     let mut firsts: Vec<usize> = first.values().copied().collect();
     firsts.sort_unstable();
-
-    // Claim the keys: the UNIQUE constraint says which are new.
     let callers: Vec<&str> = firsts
         .iter()
         .map(|&i| requests[i].caller.as_str())
@@ -113,71 +160,78 @@ pub async fn apply(
         .iter()
         .map(|&i| requests[i].command.fingerprint().as_slice())
         .collect();
-    let claimed_rows = tx
-        .query(
-            "INSERT INTO idempotency_keys (caller, idempotency_key, operation, fingerprint, decided_at)
-             SELECT c, k, o, f, $5 FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[]) AS u(c, k, o, f)
-             ON CONFLICT ON CONSTRAINT idempotency_keys_unique DO NOTHING
-             RETURNING caller, idempotency_key",
-            &[&callers, &keys, &ops, &fps, &base],
-        )
-        .await?;
-    let claimed: HashSet<(String, String)> =
-        claimed_rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    // Every account a request may touch: the legs of posts, the legs of void targets.
+    let mut ids: Vec<i64> = Vec::new();
+    let mut void_targets: Vec<Uuid> = Vec::new();
+    for &i in &firsts {
+        match &requests[i].command {
+            Command::Post(p) => ids.extend(p.legs.iter().map(|l| l.account_id)),
+            Command::Void(v) => void_targets.push(v.target),
+        }
+    }
+    ids.sort_unstable();
+    ids.dedup();
 
+    // One round trip: BEGIN, lock, state, claim, accounts. Statements run in order, each with
+    // a snapshot taken after the lock, so they see every earlier batch.
+    //
+    let client_ref: &deadpool_postgres::Client = client;
+    let begin = client_ref.batch_execute(BEGIN_SQL);
+    let lock_params: [&(dyn ToSql + Sync); 1] = [&LEDGER_WRITE_LOCK];
+    let claim_params: [&(dyn ToSql + Sync); 4] = [&callers, &keys, &ops, &fps];
+    let account_params: [&(dyn ToSql + Sync); 2] = [&ids, &void_targets];
+    let lock = client_ref.execute(&lock_st, &lock_params);
+    let state = client_ref.query(&state_st, &[]);
+    let claim = client_ref.query(&claim_st, &claim_params);
+    let accounts = client_ref.query(&accounts_st, &account_params);
+    let (_, _, state, claim_rows, account_rows) =
+        futures_util::try_join!(begin, lock, state, claim, accounts)?;
+    marks.push(("read", t0.elapsed().as_micros()));
+    assert_eq!(state.len(), 1, "ledger_state holds one row");
+    let state = &state[0];
+    let last_sequence: i64 = state.get("last_sequence");
+    let last_recorded: OffsetDateTime = state.get("last_recorded_at");
+    let now: OffsetDateTime = state.get("now");
+    // Strictly after the clock any fenced reader saw, and after the last batch.
+    let base = (now + Duration::microseconds(1)).max(last_recorded + Duration::microseconds(1));
+
+    assert_eq!(claim_rows.len(), firsts.len(), "one claim row per key");
     let mut decisions: HashMap<(String, String), Decision> = HashMap::new();
+    let mut new_idx: Vec<usize> = Vec::new();
+    let mut replayed: Vec<(usize, &tokio_postgres::Row)> = Vec::new();
+    for (n, row) in claim_rows.iter().enumerate() {
+        assert_eq!(row.get::<_, i64>("n"), n as i64 + 1, "claim rows in order");
+        let i = firsts[n];
+        if row.get::<_, bool>("claimed") {
+            new_idx.push(i);
+        } else {
+            let op: Option<String> = row.get("operation");
+            assert!(op.is_some(), "a key that conflicted must exist");
+            replayed.push((i, row));
+        }
+    }
 
-    // Keys decided earlier: read their decision.
-    let replay_idx: Vec<usize> = firsts
-        .iter()
-        .copied()
-        .filter(|&i| {
-            !claimed.contains(&(
-                requests[i].caller.clone(),
-                requests[i].command.key().to_owned(),
-            ))
-        })
-        .collect();
-    if !replay_idx.is_empty() {
-        let rc: Vec<&str> = replay_idx
+    // Keys decided earlier: their stored decision.
+    if !replayed.is_empty() {
+        let seqs: Vec<i64> = replayed
             .iter()
-            .map(|&i| requests[i].caller.as_str())
+            .filter_map(|(_, r)| r.get::<_, Option<i64>>("sequence"))
             .collect();
-        let rk: Vec<&str> = replay_idx
-            .iter()
-            .map(|&i| requests[i].command.key())
-            .collect();
-        let rows = tx
-            .query(
-                "SELECT k.caller, k.idempotency_key, k.operation, k.fingerprint, p.sequence, r.reason, r.message
-                 FROM unnest($1::text[], $2::text[]) AS u(c, k)
-                 JOIN idempotency_keys k ON k.caller = u.c AND k.idempotency_key = u.k
-                 LEFT JOIN postings p ON p.caller = k.caller AND p.idempotency_key = k.idempotency_key
-                 LEFT JOIN rejections r ON r.caller = k.caller AND r.idempotency_key = k.idempotency_key",
-                &[&rc, &rk],
-            )
-            .await?;
-        assert_eq!(
-            rows.len(),
-            replay_idx.len(),
-            "a key that conflicted must exist"
-        );
-        let seqs: Vec<i64> = rows
-            .iter()
-            .filter_map(|r| r.get::<_, Option<i64>>("sequence"))
-            .collect();
-        let mut postings: HashMap<i64, Posting> = postings_by_sequence(&tx, &seqs)
+        let mut postings: HashMap<i64, Posting> = postings_by_sequence(client_ref, &seqs)
             .await?
             .into_iter()
             .map(|p| (p.sequence as i64, p))
             .collect();
-        for r in rows {
+        for (i, r) in replayed {
             let outcome = match r.get::<_, Option<i64>>("sequence") {
                 Some(seq) => Ok(postings.remove(&seq).expect("replayed posting loaded")),
                 None => Err(stored_rejection(r.get("reason"), r.get("message"))),
             };
             decisions.insert(
-                (r.get("caller"), r.get("idempotency_key")),
+                (
+                    requests[i].caller.clone(),
+                    requests[i].command.key().to_owned(),
+                ),
                 Decision {
                     operation: r.get("operation"),
                     fingerprint: r.get("fingerprint"),
@@ -188,17 +242,7 @@ pub async fn apply(
         }
     }
 
-    // New keys: gather void targets and the accounts every new request touches.
-    let new_idx: Vec<usize> = firsts
-        .iter()
-        .copied()
-        .filter(|&i| {
-            claimed.contains(&(
-                requests[i].caller.clone(),
-                requests[i].command.key().to_owned(),
-            ))
-        })
-        .collect();
+    // New voids: load their targets.
     let target_ids: Vec<Uuid> = new_idx
         .iter()
         .filter_map(|&i| match &requests[i].command {
@@ -208,42 +252,17 @@ pub async fn apply(
         .collect();
     let mut targets: HashMap<Uuid, Posting> = HashMap::new();
     if !target_ids.is_empty() {
-        let rows = tx
+        let rows = client_ref
             .query(
                 "SELECT sequence FROM postings WHERE posting_id = ANY($1)",
                 &[&target_ids],
             )
             .await?;
         let seqs: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
-        for p in postings_by_sequence(&tx, &seqs).await? {
+        for p in postings_by_sequence(client_ref, &seqs).await? {
             targets.insert(p.posting_id, p);
         }
     }
-    let mut codes: Vec<String> = Vec::new();
-    let mut ids: Vec<i64> = Vec::new();
-    for &i in &new_idx {
-        match &requests[i].command {
-            Command::Post(p) => ids.extend(p.legs.iter().map(|l| l.account_id)),
-            Command::Void(v) => {
-                if let Some(t) = targets.get(&v.target) {
-                    codes.extend(t.legs.iter().map(|l| l.account.clone()));
-                }
-            }
-        }
-    }
-    ids.sort_unstable();
-    ids.dedup();
-    codes.sort_unstable();
-    codes.dedup();
-    let account_rows = tx
-        .query(
-            "SELECT a.account_id, a.code, a.currency, a.scale, a.normal_balance, a.allow_negative, a.metadata, a.created_at,
-                    t.debits::text AS debits, t.credits::text AS credits, t.version
-             FROM accounts a JOIN account_totals t USING (account_id)
-             WHERE a.account_id = ANY($1) OR a.code = ANY($2)",
-            &[&ids, &codes],
-        )
-        .await?;
     let mut totals = HashMap::new();
     let mut rules = HashMap::new();
     let mut by_code: HashMap<String, Account> = HashMap::new();
@@ -270,6 +289,7 @@ pub async fn apply(
         by_code.insert(a.code.clone(), a);
     }
     let mut engine = Engine::new(totals, rules);
+    marks.push(("accounts", t0.elapsed().as_micros()));
 
     // Decide the new requests in order.
     let mut rows = Rows::default();
@@ -378,8 +398,15 @@ pub async fn apply(
 
     // Write the batch: one statement per table, pipelined on the connection.
     let final_totals = engine.into_totals();
-    rows.write(&tx, &final_totals, next_sequence, base).await?;
-    tx.commit().await?;
+    marks.push(("decide", t0.elapsed().as_micros()));
+    rows.write(client_ref, &final_totals, next_sequence, base)
+        .await?;
+    marks.push(("commit", t0.elapsed().as_micros()));
+    tracing::debug!(
+        batch = requests.len(),
+        ?marks,
+        "batch timings (µs since start)"
+    );
 
     // Answer every request from its key's decision.
     Ok(requests
@@ -523,9 +550,12 @@ impl Rows {
         self.r_message.push(e.message.clone());
     }
 
+    /// Writes the batch and commits: one statement per table, prepared once per connection,
+    /// sent pipelined together with `COMMIT` (one round trip). If any statement fails the
+    /// transaction is aborted and the `COMMIT` becomes a rollback; the error is returned.
     async fn write(
         &self,
-        tx: &deadpool_postgres::Transaction<'_>,
+        client: &deadpool_postgres::Client,
         totals: &HashMap<i64, Totals>,
         last_sequence: i64,
         base: OffsetDateTime,
@@ -543,77 +573,130 @@ impl Rows {
             t_version.push(t.version);
             t_last.push(self.last_seq_of_account[id]);
         }
+        let (postings_st, entries_st, rejections_st, outbox_st, totals_st, state_st) = futures_util::try_join!(
+            client.prepare_cached(
+                "INSERT INTO postings (sequence, posting_id, caller, idempotency_key, effective_at, recorded_at, memo, metadata, voids_posting_id, void_reason)
+                 SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::text[], $8::jsonb[], $9::uuid[], $10::text[])"
+            ),
+            client.prepare_cached(
+                "INSERT INTO entries (sequence, leg_index, account_id, direction, amount, account_version, debits_after, credits_after, recorded_at, effective_at)
+                 SELECT s, l, a, d, am::numeric, v, da::numeric, ca::numeric, r, e
+                 FROM unnest($1::bigint[], $2::int2[], $3::bigint[], $4::\"char\"[], $5::text[], $6::bigint[], $7::text[], $8::text[], $9::timestamptz[], $10::timestamptz[])
+                      AS u(s, l, a, d, am, v, da, ca, r, e)"
+            ),
+            client.prepare_cached(
+                "INSERT INTO rejections (caller, idempotency_key, reason, message)
+                 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[])"
+            ),
+            client.prepare_cached(
+                "INSERT INTO outbox (sequence, posting_id, created_at)
+                 SELECT s, p, $3 FROM unnest($1::bigint[], $2::uuid[]) AS u(s, p)"
+            ),
+            client.prepare_cached(
+                "UPDATE account_totals t SET debits = u.d::numeric, credits = u.c::numeric, version = u.v, last_sequence = u.s
+                 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::bigint[]) AS u(id, d, c, v, s)
+                 WHERE t.account_id = u.id"
+            ),
+            client.prepare_cached(
+                "UPDATE ledger_state SET last_sequence = $1, last_recorded_at = $2 WHERE ledger_id = 1"
+            ),
+        )?;
+        let any_posting = !self.p_seq.is_empty();
         let postings = async {
-            if self.p_seq.is_empty() {
+            if !any_posting {
                 return Ok(0);
             }
-            tx.execute(
-                "INSERT INTO postings (sequence, posting_id, caller, idempotency_key, effective_at, recorded_at, memo, metadata, voids_posting_id, void_reason)
-                 SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::text[], $8::jsonb[], $9::uuid[], $10::text[])",
-                &[&self.p_seq, &self.p_id, &self.p_caller, &self.p_key, &self.p_effective, &self.p_recorded, &self.p_memo, &self.p_meta, &self.p_voids, &self.p_reason],
-            )
-            .await
+            client
+                .execute(
+                    &postings_st,
+                    &[
+                        &self.p_seq,
+                        &self.p_id,
+                        &self.p_caller,
+                        &self.p_key,
+                        &self.p_effective,
+                        &self.p_recorded,
+                        &self.p_memo,
+                        &self.p_meta,
+                        &self.p_voids,
+                        &self.p_reason,
+                    ],
+                )
+                .await
         };
         let entries = async {
             if self.e_seq.is_empty() {
                 return Ok(0);
             }
-            tx.execute(
-                "INSERT INTO entries (sequence, leg_index, account_id, direction, amount, account_version, debits_after, credits_after, recorded_at, effective_at)
-                 SELECT s, l, a, d, am::numeric, v, da::numeric, ca::numeric, r, e
-                 FROM unnest($1::bigint[], $2::int2[], $3::bigint[], $4::\"char\"[], $5::text[], $6::bigint[], $7::text[], $8::text[], $9::timestamptz[], $10::timestamptz[])
-                      AS u(s, l, a, d, am, v, da, ca, r, e)",
-                &[&self.e_seq, &self.e_leg, &self.e_account, &self.e_dir, &self.e_amount, &self.e_version, &self.e_debits, &self.e_credits, &self.e_recorded, &self.e_effective],
-            )
-            .await
+            client
+                .execute(
+                    &entries_st,
+                    &[
+                        &self.e_seq,
+                        &self.e_leg,
+                        &self.e_account,
+                        &self.e_dir,
+                        &self.e_amount,
+                        &self.e_version,
+                        &self.e_debits,
+                        &self.e_credits,
+                        &self.e_recorded,
+                        &self.e_effective,
+                    ],
+                )
+                .await
         };
         let rejections = async {
             if self.r_caller.is_empty() {
                 return Ok(0);
             }
-            tx.execute(
-                "INSERT INTO rejections (caller, idempotency_key, reason, message)
-                 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[])",
-                &[&self.r_caller, &self.r_key, &self.r_reason, &self.r_message],
-            )
-            .await
+            client
+                .execute(
+                    &rejections_st,
+                    &[&self.r_caller, &self.r_key, &self.r_reason, &self.r_message],
+                )
+                .await
         };
         let outbox = async {
-            if self.p_seq.is_empty() {
+            if !any_posting {
                 return Ok(0);
             }
-            tx.execute(
-                "INSERT INTO outbox (sequence, posting_id, created_at)
-                 SELECT s, p, $3 FROM unnest($1::bigint[], $2::uuid[]) AS u(s, p)",
-                &[&self.p_seq, &self.p_id, &base],
-            )
-            .await
+            client
+                .execute(&outbox_st, &[&self.p_seq, &self.p_id, &base])
+                .await
         };
         let totals_update = async {
             if t_ids.is_empty() {
                 return Ok(0);
             }
-            tx.execute(
-                "UPDATE account_totals t SET debits = u.d::numeric, credits = u.c::numeric, version = u.v, last_sequence = u.s
-                 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::bigint[]) AS u(id, d, c, v, s)
-                 WHERE t.account_id = u.id",
-                &[&t_ids, &t_debits, &t_credits, &t_version, &t_last],
-            )
-            .await
+            client
+                .execute(
+                    &totals_st,
+                    &[&t_ids, &t_debits, &t_credits, &t_version, &t_last],
+                )
+                .await
         };
         let state = async {
-            if self.p_seq.is_empty() {
+            if !any_posting {
                 return Ok(0);
             }
             let last_recorded = *self.p_recorded.last().expect("postings");
-            tx.execute(
-                "UPDATE ledger_state SET last_sequence = $1, last_recorded_at = $2 WHERE ledger_id = 1",
-                &[&last_sequence, &last_recorded],
-            )
-            .await
+            client
+                .execute(&state_st, &[&last_sequence, &last_recorded])
+                .await
         };
-        let (p, e, _, o, t, _) =
-            futures_util::try_join!(postings, entries, rejections, outbox, totals_update, state)?;
+        // COMMIT goes out right behind the writes (the futures are polled, and so sent, in
+        // this order). An earlier failure turns it into a rollback and is reported below.
+        let commit = client.batch_execute("COMMIT");
+        let (p, e, _, o, t, _, _) = futures_util::try_join!(
+            postings,
+            entries,
+            rejections,
+            outbox,
+            totals_update,
+            state,
+            commit
+        )?;
         assert_eq!(p as usize, self.p_seq.len());
         assert_eq!(e as usize, self.e_seq.len());
         assert_eq!(o as usize, self.p_seq.len());

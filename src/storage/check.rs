@@ -107,6 +107,24 @@ const CHECKS: &[(&str, &str)] = &[
          WHERE te.leg_index IS NULL OR te.account_id <> ve.account_id OR te.amount <> ve.amount OR te.direction = ve.direction",
     ),
     (
+        "every leg, outbox row, posting and rejection refers to an existing parent",
+        "SELECT format('leg (%s, %s) names missing posting or account %s', e.sequence, e.leg_index, e.account_id)
+         FROM entries e
+         WHERE NOT EXISTS (SELECT 1 FROM postings p WHERE p.sequence = e.sequence)
+            OR NOT EXISTS (SELECT 1 FROM accounts a WHERE a.account_id = e.account_id)
+         UNION ALL
+         SELECT format('outbox row %s has no posting', o.sequence)
+         FROM outbox o WHERE NOT EXISTS (SELECT 1 FROM postings p WHERE p.sequence = o.sequence)
+         UNION ALL
+         SELECT format('posting %s has no claimed key (%s, %s)', p.sequence, p.caller, p.idempotency_key)
+         FROM postings p WHERE NOT EXISTS (
+           SELECT 1 FROM idempotency_keys k WHERE k.caller = p.caller AND k.idempotency_key = p.idempotency_key)
+         UNION ALL
+         SELECT format('rejection of (%s, %s) has no claimed key', r.caller, r.idempotency_key)
+         FROM rejections r WHERE NOT EXISTS (
+           SELECT 1 FROM idempotency_keys k WHERE k.caller = r.caller AND k.idempotency_key = r.idempotency_key)",
+    ),
+    (
         "no posting is voided twice",
         "SELECT format('posting %s voided %s times', voids_posting_id, count(*))
          FROM postings WHERE voids_posting_id IS NOT NULL GROUP BY voids_posting_id HAVING count(*) > 1",

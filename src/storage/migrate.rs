@@ -5,11 +5,30 @@ use super::{connect, StorageError, MIGRATION_LOCK};
 
 /// The migrations, in order. A file, once released, is never edited: add a new one.
 pub const MIGRATIONS: &[(&str, &str)] = &[
-    ("0001_journal", include_str!("../../migrations/0001_journal.sql")),
-    ("0002_outbox", include_str!("../../migrations/0002_outbox.sql")),
-    ("0003_roles", include_str!("../../migrations/0003_roles.sql")),
-    ("0005_asof_stabbing", include_str!("../../migrations/0005_asof_stabbing.sql")),
-    ("0006_check", include_str!("../../migrations/0006_check.sql")),
+    (
+        "0001_journal",
+        include_str!("../../migrations/0001_journal.sql"),
+    ),
+    (
+        "0002_outbox",
+        include_str!("../../migrations/0002_outbox.sql"),
+    ),
+    (
+        "0003_roles",
+        include_str!("../../migrations/0003_roles.sql"),
+    ),
+    (
+        "0004_batch_without_row_fks",
+        include_str!("../../migrations/0004_batch_without_row_fks.sql"),
+    ),
+    (
+        "0005_asof_stabbing",
+        include_str!("../../migrations/0005_asof_stabbing.sql"),
+    ),
+    (
+        "0006_check",
+        include_str!("../../migrations/0006_check.sql"),
+    ),
 ];
 
 /// Applies every migration not yet applied. Safe to run from several processes at once.

@@ -1,0 +1,370 @@
+//! The group-commit write path: a batch decides each request on its own, a failed batch
+//! answers everyone `UNAVAILABLE` and writes nothing, several servers share one database
+//! safely, and `ledger bench` reports what it did.
+
+use crate::support::*;
+use ledger::domain::posting::{LegRequest, PostRequest};
+use ledger::domain::{Direction, Metadata, Reason};
+use ledger::storage::batch::{self, Command, WriteRequest};
+use std::collections::HashMap;
+use tonic::Code;
+
+/// A validated two-leg transfer (debit `to`, credit `from`) for driving the batch directly.
+async fn valid_transfer(
+    db: &deadpool_postgres::Client,
+    key: &str,
+    from: &str,
+    to: &str,
+    amount: &str,
+) -> WriteRequest {
+    let req = PostRequest {
+        idempotency_key: key.into(),
+        legs: vec![
+            LegRequest {
+                account: to.into(),
+                direction: Some(Direction::Debit),
+                amount: amount.into(),
+            },
+            LegRequest {
+                account: from.into(),
+                direction: Some(Direction::Credit),
+                amount: amount.into(),
+            },
+        ],
+        effective_at: None,
+        memo: String::new(),
+        metadata: Metadata::new(),
+    };
+    let codes = vec![from.to_owned(), to.to_owned()];
+    let accounts: HashMap<_, _> = ledger::storage::accounts::get_many(db, &codes)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|a| (a.code.clone(), a))
+        .collect();
+    WriteRequest {
+        caller: ledger::grpc::ANONYMOUS.into(),
+        command: Command::Post(req.validate(&accounts).expect("valid transfer")),
+    }
+}
+
+#[tokio::test]
+async fn a_batch_answers_its_accepted_rejected_and_duplicate_postings_each_on_their_own() {
+    let mut t = TestLedger::start().await;
+    t.standard_accounts(2).await;
+    let funded = t
+        .post(transfer("fund", "equity:world", "acct:0", "10.00"))
+        .await
+        .unwrap();
+    let pool = ledger::storage::pool(&t.database_url, 2).unwrap();
+    let mut db = pool.get().await.unwrap();
+    let batch = vec![
+        valid_transfer(&db, "pay", "acct:0", "acct:1", "4.00").await,
+        // acct:1 holds 4.00 after the first request: 50.00 overdraws it.
+        valid_transfer(&db, "overdraw", "acct:1", "acct:0", "50.00").await,
+        valid_transfer(&db, "pay", "acct:0", "acct:1", "4.00").await,
+        valid_transfer(&db, "fund", "equity:world", "acct:0", "10.00").await,
+        valid_transfer(&db, "pay", "acct:0", "acct:1", "5.00").await,
+    ];
+    let out = batch::apply(&mut db, &batch).await.expect("batch commits");
+    assert_eq!(out.len(), batch.len());
+
+    let accepted = out[0].as_ref().expect("first request accepted");
+    assert!(!accepted.replayed);
+    assert_eq!(accepted.posting.sequence, 2);
+    let rejected = out[1].as_ref().expect_err("overdraft rejected");
+    assert_eq!(rejected.reason, Reason::InsufficientFunds, "{rejected}");
+    let duplicate = out[2].as_ref().expect("duplicate in the batch answered");
+    assert!(duplicate.replayed);
+    assert_eq!(
+        duplicate.posting, accepted.posting,
+        "answered from the first"
+    );
+    let earlier = out[3].as_ref().expect("earlier key answered");
+    assert!(earlier.replayed);
+    assert_eq!(
+        earlier.posting.posting_id.to_string(),
+        funded.posting.unwrap().posting_id
+    );
+    let reused = out[4].as_ref().expect_err("same key, other request");
+    assert_eq!(reused.reason, Reason::IdempotencyKeyReused, "{reused}");
+
+    assert_eq!(t.count("postings").await, 2, "fund and pay");
+    assert_eq!(t.count("rejections").await, 1, "the overdraft is bound");
+    assert_eq!(t.count("outbox").await, 2);
+    assert_eq!(t.balance("acct:0", None).await.balance, "6.00");
+    assert_eq!(t.balance("acct:1", None).await.balance, "4.00");
+    // The rejection binds its key: the same request later gets the same error.
+    let again = t
+        .post(transfer("overdraw", "acct:1", "acct:0", "50.00"))
+        .await
+        .unwrap_err();
+    assert_error(&again, Code::FailedPrecondition, "INSUFFICIENT_FUNDS");
+}
+
+/// Makes every batch that writes a posting fail inside its transaction (at the outbox row).
+async fn break_outbox(t: &TestLedger) {
+    t.db()
+        .await
+        .batch_execute(
+            "CREATE FUNCTION test_refuse_outbox() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN RAISE EXCEPTION 'test: outbox refused'; END $$;
+             CREATE TRIGGER test_refuse_outbox BEFORE INSERT ON outbox
+               FOR EACH ROW EXECUTE FUNCTION test_refuse_outbox();",
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_failed_batch_writes_nothing_and_answers_every_caller_unavailable() {
+    let mut t = TestLedger::start().await;
+    t.standard_accounts(3).await;
+    t.post(transfer("fund", "equity:world", "acct:0", "10.00"))
+        .await
+        .unwrap();
+    break_outbox(&t).await;
+    let before: Vec<i64> = {
+        let mut v = Vec::new();
+        for table in [
+            "idempotency_keys",
+            "postings",
+            "entries",
+            "rejections",
+            "outbox",
+        ] {
+            v.push(t.count(table).await);
+        }
+        v
+    };
+
+    // Directly: one batch holding an acceptable, a rejected and a duplicate request.
+    let pool = ledger::storage::pool(&t.database_url, 2).unwrap();
+    let mut db = pool.get().await.unwrap();
+    let batch = vec![
+        valid_transfer(&db, "a", "acct:0", "acct:1", "1.00").await,
+        valid_transfer(&db, "b", "acct:2", "acct:1", "1.00").await,
+        valid_transfer(&db, "a", "acct:0", "acct:1", "1.00").await,
+    ];
+    let err = batch::apply(&mut db, &batch)
+        .await
+        .expect_err("the batch transaction fails");
+    assert!(err.to_string().contains("outbox refused"), "{err}");
+    // The connection is usable again (the failed transaction was rolled back).
+    db.query_one("SELECT 1", &[]).await.unwrap();
+
+    // Through the server: concurrent callers all get UNAVAILABLE.
+    let mut calls = Vec::new();
+    for i in 0..6 {
+        let mut client = t.new_client().await;
+        calls.push(tokio::spawn(async move {
+            client
+                .post(transfer(&format!("c{i}"), "equity:world", "acct:1", "1.00"))
+                .await
+        }));
+    }
+    for c in calls {
+        let status = c.await.unwrap().expect_err("batch failed");
+        assert_error(&status, Code::Unavailable, "STORAGE_UNAVAILABLE");
+    }
+    let after: Vec<i64> = {
+        let mut v = Vec::new();
+        for table in [
+            "idempotency_keys",
+            "postings",
+            "entries",
+            "rejections",
+            "outbox",
+        ] {
+            v.push(t.count(table).await);
+        }
+        v
+    };
+    assert_eq!(before, after, "nothing of a failed batch is written");
+
+    // Once the database accepts again, retries with the same keys make one posting each.
+    t.db()
+        .await
+        .batch_execute("DROP TRIGGER test_refuse_outbox ON outbox")
+        .await
+        .unwrap();
+    for i in 0..6 {
+        let r = t
+            .post(transfer(&format!("c{i}"), "equity:world", "acct:1", "1.00"))
+            .await
+            .expect("retry succeeds");
+        assert!(!r.replayed, "the failed attempt decided nothing");
+    }
+    assert_eq!(t.count("postings").await, before[1] + 6);
+    assert_eq!(t.balance("acct:1", None).await.balance, "6.00");
+}
+
+#[tokio::test]
+async fn two_servers_on_one_database_keep_the_sequence_gapless_and_balances_exact() {
+    const ACCOUNTS: usize = 6;
+    const CALLERS_PER_SERVER: usize = 6;
+    const POSTS_PER_CALLER: usize = 40;
+    let mut a = TestLedger::start().await;
+    a.standard_accounts(ACCOUNTS).await;
+    let b = TestLedger::on_database(a.database_url.clone()).await;
+
+    let mut tasks = Vec::new();
+    for (s, server) in [&a, &b].into_iter().enumerate() {
+        for c in 0..CALLERS_PER_SERVER {
+            let mut client = server.new_client().await;
+            tasks.push(tokio::spawn(async move {
+                // Accepted legs seen by this caller: account -> signed minor units.
+                let mut moved: HashMap<String, i64> = HashMap::new();
+                for n in 0..POSTS_PER_CALLER {
+                    let i = (s * 31 + c * 7 + n * 3) % ACCOUNTS;
+                    let j = (i + 1 + n % (ACCOUNTS - 1)) % ACCOUNTS;
+                    let cents = 100 + (n as i64 % 7) * 25;
+                    let amount = format!("{}.{:02}", cents / 100, cents % 100);
+                    // Every third posting moves money between accounts (may be refused).
+                    let from = if n % 3 == 2 {
+                        format!("acct:{j}")
+                    } else {
+                        "equity:world".into()
+                    };
+                    let to = format!("acct:{i}");
+                    let key = format!("s{s}-c{c}-{n}");
+                    match client.post(transfer(&key, &from, &to, &amount)).await {
+                        Ok(r) => {
+                            assert!(!r.into_inner().replayed);
+                            *moved.entry(to).or_default() += cents;
+                            *moved.entry(from).or_default() -= cents;
+                        }
+                        Err(s) => assert_error(&s, Code::FailedPrecondition, "INSUFFICIENT_FUNDS"),
+                    }
+                }
+                moved
+            }));
+        }
+    }
+    let mut expected: HashMap<String, i64> = HashMap::new();
+    for t in tasks {
+        for (acct, cents) in t.await.unwrap() {
+            *expected.entry(acct).or_default() += cents;
+        }
+    }
+
+    let db = a.db().await;
+    let row = db
+        .query_one(
+            "SELECT count(*), coalesce(min(sequence), 0), coalesce(max(sequence), 0),
+                    count(*) FILTER (WHERE recorded_at <= prev) AS out_of_order
+             FROM (SELECT sequence, recorded_at, lag(recorded_at) OVER (ORDER BY sequence) AS prev
+                   FROM postings) p",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (n, min, max, out_of_order): (i64, i64, i64, i64) =
+        (row.get(0), row.get(1), row.get(2), row.get(3));
+    assert!(n > (2 * CALLERS_PER_SERVER * POSTS_PER_CALLER / 2) as i64);
+    assert_eq!((min, max), (1, n), "sequence is 1..=n without gaps");
+    assert_eq!(out_of_order, 0, "recorded_at increases with sequence");
+    let outbox: i64 = db
+        .query_one("SELECT count(*) FROM outbox", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(outbox, n, "one event per posting");
+
+    let mut b = b;
+    for i in 0..ACCOUNTS {
+        let code = format!("acct:{i}");
+        let cents = expected.get(&code).copied().unwrap_or(0);
+        let want = format!("{}.{:02}", cents / 100, cents % 100);
+        assert_eq!(
+            a.balance(&code, None).await.balance,
+            want,
+            "{code} via server a"
+        );
+        assert_eq!(
+            b.balance(&code, None).await.balance,
+            want,
+            "{code} via server b"
+        );
+    }
+    // The stored running totals agree with the sum of the legs.
+    let mismatched: i64 = db
+        .query_one(
+            "SELECT count(*) FROM account_totals t
+             LEFT JOIN (SELECT account_id,
+                               sum(amount) FILTER (WHERE direction = 'D') AS d,
+                               sum(amount) FILTER (WHERE direction = 'C') AS c
+                        FROM entries GROUP BY account_id) e USING (account_id)
+             WHERE t.debits <> coalesce(e.d, 0) OR t.credits <> coalesce(e.c, 0)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(mismatched, 0, "account totals equal the sums of their legs");
+}
+
+#[tokio::test]
+async fn bench_smoke_run_reports_exactly_what_it_wrote() {
+    let t = TestLedger::start().await;
+    let before = t.count("postings").await;
+    let addr = t.server.as_ref().unwrap().local_addr;
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_ledger"))
+        .args([
+            "bench",
+            "--target",
+            &format!("http://{addr}"),
+            "--duration",
+            "2",
+            "--concurrency",
+            "8",
+            "--accounts",
+            "20",
+            "--hot-account",
+            "--legs",
+            "3",
+            "--duplicates",
+            "0.1",
+        ])
+        .env("LEDGER_LOG", "warn")
+        .output()
+        .await
+        .expect("ledger bench runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "ledger bench failed: {stderr}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let last = stdout.lines().last().expect("a summary line");
+    let summary: serde_json::Value = serde_json::from_str(last).expect("last line is JSON");
+    for field in [
+        "postings",
+        "seconds",
+        "postings_per_sec",
+        "p50_ms",
+        "p99_ms",
+        "p999_ms",
+        "errors",
+        "replays",
+    ] {
+        assert!(summary.get(field).is_some(), "{field} missing in {last}");
+    }
+    let postings = summary["postings"].as_i64().unwrap();
+    let setup = summary["setup_postings"].as_i64().unwrap();
+    assert!(postings > 0, "{last}");
+    assert_eq!(summary["errors"].as_i64(), Some(0), "{last}\n{stderr}");
+    assert_eq!(
+        t.count("postings").await,
+        before + setup + postings,
+        "the journal grew by the postings reported (and the funding postings of the setup)"
+    );
+}
+
+#[tokio::test]
+async fn bench_refuses_fewer_than_two_legs() {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_ledger"))
+        .args(["bench", "--target", "http://127.0.0.1:9", "--legs", "1"])
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--legs"));
+}
