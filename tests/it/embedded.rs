@@ -5,15 +5,6 @@ use ledger::grpc::pb;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A free TCP port on loopback (bound then released).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn serve(data_dir: &std::path::Path, port: u16) -> Child {
     Command::new(env!("CARGO_BIN_EXE_ledger"))
         .args([
@@ -28,21 +19,6 @@ fn serve(data_dir: &std::path::Path, port: u16) -> Child {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("ledger serve starts")
-}
-
-async fn wait_for_client(port: u16) -> pb::ledger_client::LedgerClient<tonic::transport::Channel> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(ch) = tonic::transport::Channel::from_shared(format!("http://127.0.0.1:{port}"))
-            .unwrap()
-            .connect()
-            .await
-        {
-            return pb::ledger_client::LedgerClient::new(ch);
-        }
-        assert!(Instant::now() < deadline, "server did not come up");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 async fn sigterm_and_wait(mut child: Child) {
@@ -84,22 +60,8 @@ async fn embedded_default_starts_as_root_keeps_data_across_a_restart_and_leaves_
         std::env::temp_dir().join(format!("ledger-embedded-{}", uuid::Uuid::now_v7().simple()));
     let port = free_port();
     let child = serve(&dir, port);
-    let mut c = wait_for_client(port).await;
-    for (code, normal, neg) in [
-        ("equity:world", pb::NormalBalance::Credit, true),
-        ("acct:0", pb::NormalBalance::Debit, false),
-    ] {
-        c.create_account(pb::CreateAccountRequest {
-            code: code.into(),
-            currency: "EUR".into(),
-            scale: 2,
-            normal_balance: normal as i32,
-            allow_negative: neg,
-            metadata: Default::default(),
-        })
-        .await
-        .unwrap();
-    }
+    let mut c = client_when_up(port, Duration::from_secs(60)).await;
+    world_and_one_account(&mut c).await;
     c.post(transfer("k", "equity:world", "acct:0", "12.34"))
         .await
         .unwrap();
@@ -111,7 +73,7 @@ async fn embedded_default_starts_as_root_keeps_data_across_a_restart_and_leaves_
     );
 
     let child = serve(&dir, port);
-    let mut c = wait_for_client(port).await;
+    let mut c = client_when_up(port, Duration::from_secs(60)).await;
     let b = c
         .get_balance(pb::GetBalanceRequest {
             account: "acct:0".into(),
@@ -139,22 +101,8 @@ async fn embedded_postgres_recovers_after_the_server_and_then_postgres_are_kille
         std::env::temp_dir().join(format!("ledger-embedded-{}", uuid::Uuid::now_v7().simple()));
     let port = free_port();
     let mut child = serve(&dir, port);
-    let mut c = wait_for_client(port).await;
-    for (code, normal, neg) in [
-        ("equity:world", pb::NormalBalance::Credit, true),
-        ("acct:0", pb::NormalBalance::Debit, false),
-    ] {
-        c.create_account(pb::CreateAccountRequest {
-            code: code.into(),
-            currency: "EUR".into(),
-            scale: 2,
-            normal_balance: normal as i32,
-            allow_negative: neg,
-            metadata: Default::default(),
-        })
-        .await
-        .unwrap();
-    }
+    let mut c = client_when_up(port, Duration::from_secs(60)).await;
+    world_and_one_account(&mut c).await;
     c.post(transfer("k1", "equity:world", "acct:0", "1.00"))
         .await
         .unwrap();
@@ -163,7 +111,7 @@ async fn embedded_postgres_recovers_after_the_server_and_then_postgres_are_kille
     child.kill().unwrap();
     child.wait().unwrap();
     let child = serve(&dir, port);
-    let mut c = wait_for_client(port).await;
+    let mut c = client_when_up(port, Duration::from_secs(60)).await;
     c.post(transfer("k2", "equity:world", "acct:0", "2.00"))
         .await
         .unwrap();
@@ -182,7 +130,7 @@ async fn embedded_postgres_recovers_after_the_server_and_then_postgres_are_kille
     child.kill().unwrap();
     child.wait().unwrap();
     let child = serve(&dir, port);
-    let mut c = wait_for_client(port).await;
+    let mut c = client_when_up(port, Duration::from_secs(60)).await;
     let b = c
         .get_balance(pb::GetBalanceRequest {
             account: "acct:0".into(),

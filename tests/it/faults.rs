@@ -121,24 +121,6 @@ async fn assert_exactly_once(url: &str, clients: usize, per_client: usize) {
     assert!(ok, "ledger check failed:\n{report}");
 }
 
-async fn setup_accounts(c: &mut LedgerClient<Channel>) {
-    for (code, normal, neg) in [
-        ("equity:world", pb::NormalBalance::Credit, true),
-        ("acct:0", pb::NormalBalance::Debit, false),
-    ] {
-        c.create_account(pb::CreateAccountRequest {
-            code: code.into(),
-            currency: "EUR".into(),
-            scale: 2,
-            normal_balance: normal as i32,
-            allow_negative: neg,
-            metadata: Default::default(),
-        })
-        .await
-        .unwrap();
-    }
-}
-
 #[tokio::test]
 async fn an_ambiguous_commit_answers_unavailable_and_the_retry_finds_the_posting() {
     let (pg, url) = pg::private_cluster().await;
@@ -283,7 +265,7 @@ async fn a_connection_cut_during_a_batch_answers_unavailable_and_the_retry_posts
 #[tokio::test]
 async fn sigkill_of_the_server_under_load_with_retrying_clients_loses_and_doubles_nothing() {
     let url = pg::shared_cluster().fresh_database().await;
-    let port = crate::embedded::free_port();
+    let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let spawn = || {
         std::process::Command::new(env!("CARGO_BIN_EXE_ledger"))
@@ -305,7 +287,7 @@ async fn sigkill_of_the_server_under_load_with_retrying_clients_loses_and_double
         assert!(start.elapsed() < Duration::from_secs(30));
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    setup_accounts(&mut c).await;
+    world_and_one_account(&mut c).await;
     let tally = Arc::new(Tally::default());
     let run = tokio::spawn(load(addr.clone(), 8, 60, tally.clone()));
     for _ in 0..3 {
@@ -329,7 +311,7 @@ async fn sigkill_of_the_server_under_load_with_retrying_clients_loses_and_double
 async fn an_immediate_postgres_restart_under_load_loses_and_doubles_nothing() {
     let (pg, url) = pg::private_cluster().await;
     let mut t = TestLedger::on_database(url.clone()).await;
-    setup_accounts(&mut t.client).await;
+    world_and_one_account(&mut t.client).await;
     let addr = t.server.as_ref().unwrap().local_addr.to_string();
     let tally = Arc::new(Tally::default());
     let run = tokio::spawn(load(addr, 6, 50, tally.clone()));
@@ -348,7 +330,7 @@ async fn an_immediate_postgres_restart_under_load_loses_and_doubles_nothing() {
 #[tokio::test]
 async fn terminating_the_pool_connections_under_load_loses_and_doubles_nothing() {
     let mut t = TestLedger::start().await;
-    setup_accounts(&mut t.client).await;
+    world_and_one_account(&mut t.client).await;
     let addr = t.server.as_ref().unwrap().local_addr.to_string();
     let tally = Arc::new(Tally::default());
     let run = tokio::spawn(load(addr, 6, 60, tally.clone()));

@@ -383,14 +383,6 @@ async fn the_metrics_endpoint_shows_counts_that_move_with_requests() {
 
 // ---- Drain ----------------------------------------------------------------------------------
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Starts the real binary on `url` with extra arguments and environment; waits until it
 /// accepts connections.
 async fn spawn_server(
@@ -514,22 +506,7 @@ async fn on_sigterm_a_request_in_flight_completes_new_ones_are_refused_and_the_p
     let (mut child, channel) =
         spawn_server(&url, &["--db-role", ledger::storage::APP_ROLE], &[], None).await;
     let mut client = pb::ledger_client::LedgerClient::new(channel);
-    for (code, normal, neg) in [
-        ("equity:world", pb::NormalBalance::Credit, true),
-        ("acct:0", pb::NormalBalance::Debit, false),
-    ] {
-        client
-            .create_account(pb::CreateAccountRequest {
-                code: code.into(),
-                currency: "EUR".into(),
-                scale: 2,
-                normal_balance: normal as i32,
-                allow_negative: neg,
-                metadata: Default::default(),
-            })
-            .await
-            .unwrap();
-    }
+    world_and_one_account(&mut client).await;
 
     // Hold the ledger's write lock so the next Post waits inside its batch.
     let db = ledger::storage::connect(&url).await.unwrap();

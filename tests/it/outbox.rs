@@ -217,21 +217,6 @@ fn serve(
     (cmd.spawn().expect("ledger serve starts"), log)
 }
 
-async fn connect_when_up(port: u16) -> pb::ledger_client::LedgerClient<tonic::transport::Channel> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Ok(ch) = tonic::transport::Channel::from_shared(format!("http://127.0.0.1:{port}"))
-            .unwrap()
-            .connect()
-            .await
-        {
-            return pb::ledger_client::LedgerClient::new(ch);
-        }
-        assert!(Instant::now() < deadline, "server did not come up");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 async fn stop(mut child: std::process::Child) {
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -275,23 +260,8 @@ async fn broker_outage_does_not_slow_posts_and_every_event_arrives_once_when_it_
     let url = pg::shared_cluster().fresh_database().await;
     let port = free_port();
     let (server, log) = serve(&url, port, Some(&nats.url()));
-    let mut client = connect_when_up(port).await;
-    for (code, normal, neg) in [
-        ("equity:world", pb::NormalBalance::Credit, true),
-        ("acct:0", pb::NormalBalance::Debit, false),
-    ] {
-        client
-            .create_account(pb::CreateAccountRequest {
-                code: code.into(),
-                currency: "EUR".into(),
-                scale: 2,
-                normal_balance: normal as i32,
-                allow_negative: neg,
-                metadata: Default::default(),
-            })
-            .await
-            .unwrap();
-    }
+    let mut client = client_when_up(port, Duration::from_secs(20)).await;
+    world_and_one_account(&mut client).await;
     let up = timed_posts(&mut client, "up", 40).await;
     wait_delivered(&url, DELIVERY).await;
 
@@ -336,7 +306,7 @@ async fn serve_without_a_nats_url_says_that_events_wait_in_the_outbox() {
     let url = pg::shared_cluster().fresh_database().await;
     let port = free_port();
     let (server, log) = serve(&url, port, None);
-    connect_when_up(port).await;
+    client_when_up(port, Duration::from_secs(20)).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     let log_text = loop {
         let text = strip_ansi(&std::fs::read_to_string(&log).unwrap());

@@ -197,3 +197,51 @@ pub fn assert_error(s: &tonic::Status, code: tonic::Code, want: &str) {
     assert_eq!(reason(s), want, "{s:?}");
     assert!(!s.message().is_empty());
 }
+
+/// Creates `equity:world` (credit-normal, may go negative) and `acct:0` (debit-normal, may
+/// not), EUR at scale 2: the two accounts most tests post between.
+pub async fn world_and_one_account(c: &mut LedgerClient<Channel>) {
+    for (code, normal, neg) in [
+        ("equity:world", pb::NormalBalance::Credit, true),
+        ("acct:0", pb::NormalBalance::Debit, false),
+    ] {
+        c.create_account(pb::CreateAccountRequest {
+            code: code.into(),
+            currency: "EUR".into(),
+            scale: 2,
+            normal_balance: normal as i32,
+            allow_negative: neg,
+            metadata: Default::default(),
+        })
+        .await
+        .unwrap();
+    }
+}
+
+/// A free TCP port on loopback (bound then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A client to a server process on `port`, once it accepts connections (at most `wait`).
+pub async fn client_when_up(port: u16, wait: std::time::Duration) -> LedgerClient<Channel> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        if let Ok(ch) = Channel::from_shared(format!("http://127.0.0.1:{port}"))
+            .unwrap()
+            .connect()
+            .await
+        {
+            return LedgerClient::new(ch);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "server on port {port} did not come up"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

@@ -2,6 +2,7 @@
 //! killed and removed on drop), real `ledger relay` processes, and a reader of the stream.
 #![allow(dead_code)]
 
+use super::free_port;
 use async_nats::jetstream::{self, consumer};
 use futures_util::StreamExt;
 use ledger::grpc::pb;
@@ -22,15 +23,6 @@ fn unique_dir(what: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-/// A free TCP port on 127.0.0.1 (free when asked).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn nats_server_bin() -> &'static str {
