@@ -16,6 +16,10 @@ pub const MAX_WRITE_QUEUE: usize = 20_000;
 /// applies them one at a time; a second lane has its next batch formed, sent and queued on the
 /// lock while the first commits, so the lock passes from batch to batch without a round trip.
 pub const WRITER_LANES: usize = 2;
+/// Requests that must be waiting before a lane other than the first takes a batch (limit
+/// EXTRA_LANE_MIN_QUEUE). Under light load one lane keeps batches whole and latency low; a
+/// second lane only pays off once the queue is deep.
+pub const EXTRA_LANE_MIN_QUEUE: usize = 64;
 /// Longest a batch may take before the writer gives up on it and its connection (limit
 /// BATCH_TIMEOUT): its callers are told `UNAVAILABLE` (the outcome is unknown; their retry
 /// settles it), and the connection is closed, never returned to the pool.
@@ -30,6 +34,8 @@ struct Job {
 #[derive(Clone)]
 pub struct Writer {
     queue: mpsc::Sender<Job>,
+    /// Wakes the extra lanes when the queue is deep.
+    deep: std::sync::Arc<tokio::sync::Notify>,
 }
 
 /// Observes batches (metrics); called after each batch with its size and outcome.
@@ -44,10 +50,12 @@ impl Writer {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(WRITER_LANES);
-        for _ in 0..lanes {
-            tokio::spawn(run(pool.clone(), rx.clone(), observer.clone()));
+        let deep = std::sync::Arc::new(tokio::sync::Notify::new());
+        for lane in 0..lanes.max(1) {
+            let gate = (lane > 0).then(|| deep.clone());
+            tokio::spawn(run(pool.clone(), rx.clone(), observer.clone(), gate));
         }
-        Writer { queue: tx }
+        Writer { queue: tx, deep }
     }
 
     /// Submits one request and waits for its decision.
@@ -65,6 +73,9 @@ impl Writer {
                 LedgerError::unavailable("the writer has stopped")
             }
         })?;
+        if self.queue.max_capacity() - self.queue.capacity() >= EXTRA_LANE_MIN_QUEUE {
+            self.deep.notify_one();
+        }
         answer
             .await
             .map_err(|_| LedgerError::unavailable("the writer stopped before answering"))?
@@ -75,8 +86,9 @@ impl Writer {
 /// it, answers, and repeats until every handle is dropped.
 async fn run(
     pool: Pool,
-    rx: std::sync::Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>,
+    rx_shared: std::sync::Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>,
     observer: Option<BatchObserver>,
+    gate: Option<std::sync::Arc<tokio::sync::Notify>>,
 ) {
     let mut jobs: Vec<Job> = Vec::with_capacity(MAX_BATCH);
     // The writer keeps its connection between batches (its prepared statements stay cached,
@@ -84,7 +96,15 @@ async fn run(
     let mut conn: Option<deadpool_postgres::Client> = None;
     loop {
         {
-            let mut rx = rx.lock().await;
+            let mut rx = rx_shared.lock().await;
+            // An extra lane takes a batch only while the queue is deep.
+            if let Some(gate) = &gate {
+                while rx.len() < EXTRA_LANE_MIN_QUEUE {
+                    drop(rx);
+                    gate.notified().await;
+                    rx = rx_shared.lock().await;
+                }
+            }
             match rx.recv().await {
                 Some(job) => jobs.push(job),
                 None => return,
