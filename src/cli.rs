@@ -225,6 +225,14 @@ async fn database(db: &DbArgs) -> Result<(String, Option<EmbeddedPg>), BoxError>
     }
 }
 
+/// Stops the embedded PostgreSQL, if this command started one (it stops last).
+async fn stop_embedded(pg: Option<EmbeddedPg>) -> Result<(), BoxError> {
+    if let Some(mut pg) = pg {
+        tokio::task::spawn_blocking(move || pg.stop()).await??;
+    }
+    Ok(())
+}
+
 async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
     match cli.command {
         Command::Serve {
@@ -237,9 +245,7 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             let ops = ops.load(db.database_url.is_none())?;
             let (url, pg) = database(&db).await?;
             let result = serve(listen, url, pool_size, outbox, ops).await;
-            if let Some(mut pg) = pg {
-                tokio::task::spawn_blocking(move || pg.stop()).await??;
-            }
+            stop_embedded(pg).await?;
             result?;
             Ok(ExitCode::SUCCESS)
         }
@@ -278,9 +284,7 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
         Command::Migrate { db } => {
             let (url, pg) = database(&db).await?;
             let applied = crate::storage::migrate(&url).await;
-            if let Some(mut pg) = pg {
-                tokio::task::spawn_blocking(move || pg.stop()).await??;
-            }
+            stop_embedded(pg).await?;
             let applied = applied?;
             println!(
                 "migrations applied: {}",
@@ -299,9 +303,7 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
         Command::Check { db } => {
             let (url, pg) = database(&db).await?;
             let result = check(&url).await;
-            if let Some(mut pg) = pg {
-                tokio::task::spawn_blocking(move || pg.stop()).await??;
-            }
+            stop_embedded(pg).await?;
             result
         }
         Command::Report(args) => Ok(crate::report::run(args).await?),
