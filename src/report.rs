@@ -2,6 +2,7 @@
 //! over gRPC, page through everything at one cut-off, and print an aligned table (with totals)
 //! or CSV with a header.
 
+use crate::grpc::convert::{time_from_pb, time_to_pb};
 use crate::grpc::pb;
 use crate::grpc::pb::ledger_client::LedgerClient;
 use std::fmt::Write as _;
@@ -69,22 +70,12 @@ fn parse_time(s: &str) -> Result<OffsetDateTime, String> {
         .map_err(|e| format!("{s:?} is not an RFC 3339 time like 2026-12-31T23:59:59Z: {e}"))
 }
 
-fn to_ts(t: OffsetDateTime) -> prost_types::Timestamp {
-    let n = t.unix_timestamp_nanos();
-    prost_types::Timestamp {
-        seconds: n.div_euclid(1_000_000_000) as i64,
-        nanos: n.rem_euclid(1_000_000_000) as i32,
-    }
-}
-
 fn show_ts(t: &Option<prost_types::Timestamp>) -> String {
     let Some(t) = t else { return String::new() };
-    OffsetDateTime::from_unix_timestamp_nanos(
-        i128::from(t.seconds) * 1_000_000_000 + i128::from(t.nanos),
-    )
-    .ok()
-    .and_then(|t| t.format(&Rfc3339).ok())
-    .unwrap_or_else(|| format!("{}s", t.seconds))
+    time_from_pb("time", t)
+        .ok()
+        .and_then(|t| t.format(&Rfc3339).ok())
+        .unwrap_or_else(|| format!("{}s", t.seconds))
 }
 
 /// A failure a person can act on.
@@ -118,8 +109,8 @@ async fn connect(server: &str) -> Result<LedgerClient<Channel>, ReportError> {
 
 fn requested(common: &Common) -> Option<pb::AsOf> {
     (common.as_of.is_some() || common.effective.is_some()).then(|| pb::AsOf {
-        recorded_at: common.as_of.map(to_ts),
-        effective_at: common.effective.map(to_ts),
+        recorded_at: common.as_of.map(time_to_pb),
+        effective_at: common.effective.map(time_to_pb),
     })
 }
 

@@ -12,20 +12,10 @@ use tonic::Code;
 
 // ---------- helpers ----------
 
-fn ts(t: OffsetDateTime) -> prost_types::Timestamp {
-    let n = t.unix_timestamp_nanos();
-    prost_types::Timestamp {
-        seconds: n.div_euclid(1_000_000_000) as i64,
-        nanos: n.rem_euclid(1_000_000_000) as i32,
-    }
-}
+use ledger::grpc::convert::time_to_pb as ts;
 
 fn odt(t: &Option<prost_types::Timestamp>) -> OffsetDateTime {
-    let t = t.as_ref().expect("timestamp");
-    OffsetDateTime::from_unix_timestamp_nanos(
-        i128::from(t.seconds) * 1_000_000_000 + i128::from(t.nanos),
-    )
-    .unwrap()
+    ledger::grpc::convert::time_from_pb("timestamp", t.as_ref().expect("timestamp")).unwrap()
 }
 
 fn as_of(r: Option<OffsetDateTime>, e: Option<OffsetDateTime>) -> Option<pb::AsOf> {

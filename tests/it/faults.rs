@@ -26,7 +26,7 @@ pub async fn ledger_check(url: &str) -> (bool, String) {
 }
 
 /// Whether an error leaves the outcome unknown (so the caller must retry with its key).
-fn is_unknown(s: &tonic::Status) -> bool {
+pub fn is_unknown(s: &tonic::Status) -> bool {
     matches!(
         s.code(),
         Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown
@@ -187,23 +187,8 @@ async fn an_ambiguous_commit_answers_unavailable_and_the_retry_finds_the_posting
 
 #[tokio::test]
 async fn a_connection_cut_during_a_batch_answers_unavailable_and_the_retry_posts_once() {
-    let cluster = pg::shared_cluster();
-    let direct = cluster.fresh_database().await;
-    let dbname = direct
-        .split("dbname=")
-        .nth(1)
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_owned();
-    let proxy = Proxy::start(
-        cluster
-            .socket_dir()
-            .join(format!(".s.PGSQL.{}", cluster.port())),
-    )
-    .await;
-    let mut t = TestLedger::on_database(proxy.url(&dbname)).await;
+    let (proxy, direct, through) = Proxy::to_fresh_database().await;
+    let mut t = TestLedger::on_database(through).await;
     t.standard_accounts(1).await;
     // Hold the ledger's write lock from outside: the writer's batch stops inside its transaction.
     let blocker = ledger::storage::connect(&direct).await.unwrap();
@@ -422,23 +407,8 @@ async fn a_stopped_database_ends_requests_at_their_deadline_and_nothing_is_lost(
 
 #[tokio::test]
 async fn a_stalled_connection_ends_requests_at_their_deadline_and_the_retry_posts_once() {
-    let cluster = pg::shared_cluster();
-    let direct = cluster.fresh_database().await;
-    let dbname = direct
-        .split("dbname=")
-        .nth(1)
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_owned();
-    let proxy = Proxy::start(
-        cluster
-            .socket_dir()
-            .join(format!(".s.PGSQL.{}", cluster.port())),
-    )
-    .await;
-    let mut t = TestLedger::on_database(proxy.url(&dbname)).await;
+    let (proxy, direct, through) = Proxy::to_fresh_database().await;
+    let mut t = TestLedger::on_database(through).await;
     t.standard_accounts(1).await;
     proxy.stall();
     let mut req = tonic::Request::new(transfer("stalled", "equity:world", "acct:0", "5.00"));

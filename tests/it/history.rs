@@ -6,7 +6,7 @@
 //! `LEDGER_HISTORY_SEED=<seed> cargo test --test it history::`.
 //! The soak: `LEDGER_SOAK_SECS=600 cargo test --release --test it history::soak -- --ignored --nocapture`.
 
-use crate::faults::ledger_check;
+use crate::faults::{is_unknown, ledger_check};
 use crate::support::proxy::Proxy;
 use crate::support::*;
 use ledger::grpc::pb;
@@ -75,13 +75,6 @@ fn cents(s: &str) -> i64 {
     } else {
         v
     }
-}
-
-fn is_unknown(s: &tonic::Status) -> bool {
-    matches!(
-        s.code(),
-        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown
-    )
 }
 
 /// Results of one run.
@@ -208,25 +201,9 @@ async fn client_run(
 /// Runs one seeded history with faults for about `ops_per_client` operations per client and
 /// checks it. Returns the statistics; panics with the seed on any violation.
 pub async fn run_history(seed: u64, clients: usize, ops_per_client: usize) -> Stats {
-    let cluster = pg::shared_cluster();
-    let direct = cluster.fresh_database().await;
-    let dbname = direct
-        .split("dbname=")
-        .nth(1)
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_owned();
-    let proxy = Arc::new(
-        Proxy::start(
-            cluster
-                .socket_dir()
-                .join(format!(".s.PGSQL.{}", cluster.port())),
-        )
-        .await,
-    );
-    let mut t = TestLedger::on_database(proxy.url(&dbname)).await;
+    let (proxy, direct, through) = Proxy::to_fresh_database().await;
+    let proxy = Arc::new(proxy);
+    let mut t = TestLedger::on_database(through).await;
     for (i, code) in ACCOUNTS.iter().enumerate() {
         let (normal, neg) = if i == 0 {
             (pb::NormalBalance::Credit, true)

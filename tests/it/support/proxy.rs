@@ -17,6 +17,28 @@ pub struct Proxy {
 }
 
 impl Proxy {
+    /// A fresh migrated database on the shared cluster, and a proxy in front of it. Returns the
+    /// proxy, the direct connection string (for the test's own sessions) and the one through
+    /// the proxy (for the service).
+    pub async fn to_fresh_database() -> (Proxy, String, String) {
+        let cluster = super::pg::shared_cluster();
+        let direct = cluster.fresh_database().await;
+        let dbname = direct
+            .split("dbname=")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .expect("a connection string names its database")
+            .to_owned();
+        let proxy = Proxy::start(
+            cluster
+                .socket_dir()
+                .join(format!(".s.PGSQL.{}", cluster.port())),
+        )
+        .await;
+        let through = proxy.url(&dbname);
+        (proxy, direct, through)
+    }
+
     /// Listens on a free loopback port and forwards each connection to `upstream` (a unix socket).
     pub async fn start(upstream: PathBuf) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
