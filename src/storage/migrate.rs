@@ -29,6 +29,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0006_check",
         include_str!("../../migrations/0006_check.sql"),
     ),
+    (
+        "0007_void_index_only_on_voids",
+        include_str!("../../migrations/0007_void_index_only_on_voids.sql"),
+    ),
 ];
 
 /// Applies every migration not yet applied. Safe to run from several processes at once.

@@ -127,8 +127,17 @@ pub const APP_ROLE: &str = "ledger_app";
 /// Like [`pool`], but every connection acts as database role `role` (`SET ROLE` given as a
 /// startup option, so it is the session's default and survives `RESET ALL`/`DISCARD ALL`).
 /// The login user must be a member of `role` (superusers are).
+///
+/// Every connection also runs with `plan_cache_mode=force_custom_plan`: a cached statement is
+/// planned on each execution, for its arguments and the tables' current size. The default lets
+/// PostgreSQL switch to a generic plan after five executions and keep it; a generic plan made
+/// while the journal was small keeps scanning it after it has grown (measured on the writer:
+/// throughput fell from 10,000 to 4,300 postings/s within 20 s of a fresh start). Planning
+/// costs about 0.15 ms per statement (measured on the batch's legs insert).
 pub fn pool_as(database_url: &str, size: usize, role: Option<&str>) -> Result<Pool, StorageError> {
     let mut cfg = parse_config(database_url)?;
+    let mut options = cfg.get_options().unwrap_or_default().to_owned();
+    options.push_str(" -c plan_cache_mode=force_custom_plan");
     if let Some(role) = role {
         let ok = !role.is_empty()
             && role.len() <= 63
@@ -140,12 +149,9 @@ pub fn pool_as(database_url: &str, size: usize, role: Option<&str>) -> Result<Po
                 "database role {role:?} must be 1..=63 characters of a-z 0-9 _"
             )));
         }
-        let options = match cfg.get_options() {
-            Some(o) if !o.is_empty() => format!("{o} -c role={role}"),
-            _ => format!("-c role={role}"),
-        };
-        cfg.options(&options);
+        options.push_str(&format!(" -c role={role}"));
     }
+    cfg.options(options.trim_start());
     let mgr = deadpool_postgres::Manager::from_config(
         cfg,
         tokio_postgres::NoTls,

@@ -39,7 +39,7 @@ pub async fn postings_by_sequence(
     }
     let heads_sql = format!(
         "SELECT {POSTING_COLUMNS} FROM postings p
-         LEFT JOIN postings v ON v.voids_posting_id = p.posting_id
+         LEFT JOIN postings v ON v.voids_posting_id = p.posting_id AND v.voids_posting_id IS NOT NULL
          WHERE p.sequence = ANY($1) ORDER BY p.sequence"
     );
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&sequences];

@@ -102,6 +102,99 @@ async fn a_batch_answers_its_accepted_rejected_and_duplicate_postings_each_on_th
     assert_error(&again, Code::FailedPrecondition, "INSUFFICIENT_FUNDS");
 }
 
+/// Rows that sequential scans read from each journal table (the tables that grow with every
+/// request), as this connection's backend counts them (its pending counters are flushed first).
+async fn rows_scanned(db: &deadpool_postgres::Client) -> HashMap<String, i64> {
+    db.batch_execute("SELECT pg_stat_force_next_flush()")
+        .await
+        .unwrap();
+    db.batch_execute("SELECT pg_stat_clear_snapshot()")
+        .await
+        .unwrap();
+    db.query(
+        "SELECT relname::text, coalesce(seq_tup_read, 0) FROM pg_stat_user_tables
+         WHERE relname IN ('idempotency_keys', 'postings', 'entries', 'rejections', 'outbox')",
+        &[],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect()
+}
+
+#[tokio::test]
+async fn the_writer_does_not_scan_tables_that_grew_after_its_statements_were_prepared() {
+    let mut t = TestLedger::start().await;
+    t.standard_accounts(4).await;
+    let pool = ledger::storage::pool(&t.database_url, 1).unwrap();
+    let mut w = pool.get().await.unwrap();
+    // The writer's connection prepares its statements while the tables are small (a cached
+    // plan is chosen after a few executions), and sees a replay (the decided-key lookup).
+    for i in 0..8 {
+        let to = format!("acct:{}", i % 4);
+        let req = valid_transfer(&w, &format!("warm-{i}"), "equity:world", &to, "1.00").await;
+        let again = req.clone();
+        let out = batch::apply(&mut w, &[req, again]).await.unwrap();
+        assert!(out[1].as_ref().unwrap().replayed);
+    }
+    // The tables grow behind its back (no ANALYZE, as between autovacuum runs): 50,000 keys of
+    // another caller, and 2,000 accounts.
+    t.db()
+        .await
+        .batch_execute(
+            "INSERT INTO idempotency_keys (caller, idempotency_key, operation, fingerprint, decided_at)
+               SELECT 'other', 'key-' || g, 'post', sha256(g::text::bytea), now()
+               FROM generate_series(1, 50000) g;
+             WITH a AS (
+               INSERT INTO accounts (code, currency, scale, normal_balance, allow_negative, metadata)
+               SELECT 'grown:' || g, 'EUR', 2, 'debit', false, '{}' FROM generate_series(1, 2000) g
+               RETURNING account_id)
+             INSERT INTO account_totals (account_id, debits, credits, version, last_sequence)
+               SELECT account_id, 0, 0, 0, 0 FROM a;",
+        )
+        .await
+        .unwrap();
+
+    let before = rows_scanned(&w).await;
+    for i in 0..6 {
+        let mut reqs = Vec::new();
+        for j in 0..20 {
+            let to = format!("acct:{}", j % 4);
+            reqs.push(
+                valid_transfer(&w, &format!("grown-{i}-{j}"), "equity:world", &to, "0.10").await,
+            );
+        }
+        // A key decided before: its stored decision is looked up.
+        reqs.push(
+            valid_transfer(
+                &w,
+                &format!("warm-{i}"),
+                "equity:world",
+                &format!("acct:{}", i % 4),
+                "1.00",
+            )
+            .await,
+        );
+        let out = batch::apply(&mut w, &reqs).await.unwrap();
+        assert!(out.iter().all(|o| o.is_ok()));
+        assert!(out.last().unwrap().as_ref().unwrap().replayed);
+    }
+    let after = rows_scanned(&w).await;
+    let scanned: HashMap<&str, i64> = after
+        .iter()
+        .map(|(table, n)| (table.as_str(), n - before.get(table).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    // Before plans were made per execution, the claim's cached plan read every key on every
+    // batch (here 6 x 50,000 rows). The accounts may be scanned: a plan made for each execution
+    // does so only while the planner finds it cheaper for the table's current size.
+    assert!(
+        scanned.is_empty(),
+        "in 6 batches the writer read by sequential scans: {scanned:?}"
+    );
+}
+
 /// Makes every batch that writes a posting fail inside its transaction (at the outbox row).
 async fn break_outbox(t: &TestLedger) {
     t.db()
