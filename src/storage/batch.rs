@@ -128,14 +128,20 @@ const TOTALS_UPDATE_SQL: &str = "UPDATE account_totals t SET debits = u.d::numer
      FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::bigint[]) AS u(id, d, c, v, s)
      WHERE t.account_id = u.id";
 
-/// The accounts of the batch: those named by posts, and those of void targets.
+/// The accounts named by the batch's posts (ids distinct).
 const ACCOUNTS_SQL: &str = "SELECT a.account_id, a.code, a.currency, a.scale, a.normal_balance, a.allow_negative, a.metadata, a.created_at,
+            t.debits::text AS debits, t.credits::text AS credits, t.version
+     FROM unnest($1::bigint[]) AS x(id)
+     JOIN accounts a ON a.account_id = x.id
+     JOIN account_totals t ON t.account_id = x.id";
+
+/// The accounts of the postings the batch's voids target (sent only when there are voids).
+const TARGET_ACCOUNTS_SQL: &str = "SELECT a.account_id, a.code, a.currency, a.scale, a.normal_balance, a.allow_negative, a.metadata, a.created_at,
             t.debits::text AS debits, t.credits::text AS credits, t.version
      FROM accounts a JOIN account_totals t USING (account_id)
      WHERE a.account_id IN (
-        SELECT unnest($1::bigint[])
-        UNION
-        SELECT e.account_id FROM postings p JOIN entries e USING (sequence) WHERE p.posting_id = ANY($2::uuid[]))";
+        SELECT e.account_id FROM unnest($1::uuid[]) AS x(id)
+        JOIN postings p ON p.posting_id = x.id JOIN entries e USING (sequence))";
 
 async fn apply_in_transaction(
     client: &mut deadpool_postgres::Client,
@@ -143,13 +149,14 @@ async fn apply_in_transaction(
 ) -> Result<Vec<Outcome>, StorageError> {
     let t0 = std::time::Instant::now();
     let mut marks: Vec<(&str, u128)> = Vec::new();
-    let (lock_st, state_st, claim_st, accounts_st) = futures_util::try_join!(
+    let (lock_st, state_st, claim_st, accounts_st, targets_st) = futures_util::try_join!(
         client.prepare_cached("SELECT pg_advisory_xact_lock($1)"),
         client.prepare_cached(
             "SELECT last_sequence, last_recorded_at, clock_timestamp() AS now FROM ledger_state WHERE ledger_id = 1 FOR UPDATE"
         ),
         client.prepare_cached(CLAIM_SQL),
         client.prepare_cached(ACCOUNTS_SQL),
+        client.prepare_cached(TARGET_ACCOUNTS_SQL),
     )?;
 
     // The first request of each (caller, key) goes to the database; later ones in the batch
@@ -197,13 +204,21 @@ async fn apply_in_transaction(
     let begin = client_ref.batch_execute(BEGIN_SQL);
     let lock_params: [&(dyn ToSql + Sync); 1] = [&LEDGER_WRITE_LOCK];
     let claim_params: [&(dyn ToSql + Sync); 4] = [&callers, &keys, &ops, &fps];
-    let account_params: [&(dyn ToSql + Sync); 2] = [&ids, &void_targets];
+    let account_params: [&(dyn ToSql + Sync); 1] = [&ids];
+    let target_params: [&(dyn ToSql + Sync); 1] = [&void_targets];
     let claim = client_ref.query(&claim_st, &claim_params);
     let lock = client_ref.execute(&lock_st, &lock_params);
     let state = client_ref.query(&state_st, &[]);
     let accounts = client_ref.query(&accounts_st, &account_params);
-    let (_, claim_rows, _, state, account_rows) =
-        futures_util::try_join!(begin, claim, lock, state, accounts)?;
+    let target_accounts = async {
+        if void_targets.is_empty() {
+            return Ok(Vec::new());
+        }
+        client_ref.query(&targets_st, &target_params).await
+    };
+    let (_, claim_rows, _, state, mut account_rows, target_account_rows) =
+        futures_util::try_join!(begin, claim, lock, state, accounts, target_accounts)?;
+    account_rows.extend(target_account_rows);
     marks.push(("read", t0.elapsed().as_micros()));
     assert_eq!(state.len(), 1, "ledger_state holds one row");
     let state = &state[0];
