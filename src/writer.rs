@@ -90,7 +90,8 @@ async fn run(
     observer: Option<BatchObserver>,
     gate: Option<std::sync::Arc<tokio::sync::Notify>>,
 ) {
-    let mut jobs: Vec<Job> = Vec::with_capacity(MAX_BATCH);
+    let mut requests: Vec<WriteRequest> = Vec::with_capacity(MAX_BATCH);
+    let mut replies: Vec<oneshot::Sender<Outcome>> = Vec::with_capacity(MAX_BATCH);
     // The writer keeps its connection between batches (its prepared statements stay cached,
     // and no pool check per batch); after a failed batch it takes a fresh one.
     let mut conn: Option<deadpool_postgres::Client> = None;
@@ -105,23 +106,28 @@ async fn run(
                     rx = rx_shared.lock().await;
                 }
             }
+            let mut take = |job: Job| {
+                // Callers that gave up (deadline, cancel) are left out before the write.
+                if !job.reply.is_closed() {
+                    requests.push(job.request);
+                    replies.push(job.reply);
+                }
+            };
             match rx.recv().await {
-                Some(job) => jobs.push(job),
+                Some(job) => take(job),
                 None => return,
             }
-            while jobs.len() < MAX_BATCH {
+            // Up to MAX_BATCH requests taken from the queue (callers that gave up count too).
+            for _ in 1..MAX_BATCH {
                 match rx.try_recv() {
-                    Ok(job) => jobs.push(job),
+                    Ok(job) => take(job),
                     Err(_) => break,
                 }
             }
         }
-        // Callers that gave up (deadline, cancel) are left out before the write.
-        jobs.retain(|j| !j.reply.is_closed());
-        if jobs.is_empty() {
+        if requests.is_empty() {
             continue;
         }
-        let requests: Vec<WriteRequest> = jobs.iter().map(|j| j.request.clone()).collect();
         let client = match conn.take() {
             Some(c) => Ok(c),
             None => pool.get().await.map_err(StorageError::from),
@@ -149,19 +155,20 @@ async fn run(
             Err(e) => Err(e),
         };
         if let Some(o) = &observer {
-            o(jobs.len(), result.is_ok());
+            o(requests.len(), result.is_ok());
         }
+        requests.clear();
         match result {
             Ok(outcomes) => {
-                assert_eq!(outcomes.len(), jobs.len(), "one outcome per request");
-                for (job, outcome) in jobs.drain(..).zip(outcomes) {
-                    let _ = job.reply.send(outcome);
+                assert_eq!(outcomes.len(), replies.len(), "one outcome per request");
+                for (reply, outcome) in replies.drain(..).zip(outcomes) {
+                    let _ = reply.send(outcome);
                 }
             }
             Err(e) => {
-                tracing::warn!(error = %e, batch = jobs.len(), "write batch failed; callers told UNAVAILABLE");
-                for job in jobs.drain(..) {
-                    let _ = job.reply.send(Err(LedgerError::unavailable(&e)));
+                tracing::warn!(error = %e, batch = replies.len(), "write batch failed; callers told UNAVAILABLE");
+                for reply in replies.drain(..) {
+                    let _ = reply.send(Err(LedgerError::unavailable(&e)));
                 }
             }
         }

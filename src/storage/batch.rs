@@ -65,9 +65,9 @@ pub struct WriteRequest {
 pub type Outcome = Result<Decided, LedgerError>;
 
 /// How a key was decided: by which operation and fingerprint, with what outcome.
-struct Decision {
-    operation: String,
-    fingerprint: Vec<u8>,
+struct Decision<'a> {
+    operation: std::borrow::Cow<'a, str>,
+    fingerprint: std::borrow::Cow<'a, [u8]>,
     /// Index of the request in this batch that decided the key now (None: decided earlier).
     decided_by: Option<usize>,
     outcome: Result<Posting, LedgerError>,
@@ -242,7 +242,7 @@ async fn apply_in_transaction(
         assert!(!claimed[n as usize - 1], "key {n} claimed twice");
         claimed[n as usize - 1] = true;
     }
-    let mut decisions: HashMap<(String, String), Decision> = HashMap::new();
+    let mut decisions: HashMap<(&str, &str), Decision> = HashMap::new();
     let new_idx: Vec<usize> = (0..firsts.len())
         .filter(|&n| claimed[n])
         .map(|n| firsts[n])
@@ -300,13 +300,10 @@ async fn apply_in_transaction(
                 None => Err(stored_rejection(r.get("reason"), r.get("message"))),
             };
             decisions.insert(
-                (
-                    requests[i].caller.clone(),
-                    requests[i].command.key().to_owned(),
-                ),
+                (requests[i].caller.as_str(), requests[i].command.key()),
                 Decision {
-                    operation: r.get("operation"),
-                    fingerprint: r.get("fingerprint"),
+                    operation: std::borrow::Cow::Owned(r.get("operation")),
+                    fingerprint: std::borrow::Cow::Owned(r.get("fingerprint")),
                     decided_by: None,
                     outcome,
                 },
@@ -458,10 +455,10 @@ async fn apply_in_transaction(
             rows.push_rejection(&req.caller, req.command.key(), e);
         }
         decisions.insert(
-            (req.caller.clone(), req.command.key().to_owned()),
+            (req.caller.as_str(), req.command.key()),
             Decision {
-                operation: req.command.operation().to_owned(),
-                fingerprint: req.command.fingerprint().to_vec(),
+                operation: std::borrow::Cow::Borrowed(req.command.operation()),
+                fingerprint: std::borrow::Cow::Borrowed(req.command.fingerprint().as_slice()),
                 decided_by: Some(i),
                 outcome: decided,
             },
@@ -485,11 +482,13 @@ async fn apply_in_transaction(
         .iter()
         .enumerate()
         .map(|(i, r)| {
-            let d = &decisions[&(r.caller.clone(), r.command.key().to_owned())];
+            let d = &decisions[&(r.caller.as_str(), r.command.key())];
             if d.decided_by == Some(i) {
                 return d.outcome.clone().map(|posting| Decided { posting, replayed: false });
             }
-            if d.operation != r.command.operation() || d.fingerprint != r.command.fingerprint() {
+            if d.operation != r.command.operation()
+                || *d.fingerprint != *r.command.fingerprint().as_slice()
+            {
                 return Err(LedgerError::new(
                     Reason::IdempotencyKeyReused,
                     format!(
