@@ -102,6 +102,59 @@ async fn a_batch_answers_its_accepted_rejected_and_duplicate_postings_each_on_th
     assert_error(&again, Code::FailedPrecondition, "INSUFFICIENT_FUNDS");
 }
 
+#[tokio::test]
+async fn two_batches_claiming_the_same_keys_in_opposite_orders_post_each_key_once() {
+    let mut t = TestLedger::start().await;
+    t.standard_accounts(2).await;
+    let pool = ledger::storage::pool(&t.database_url, 2).unwrap();
+    let owner = t.db().await;
+    for round in 0..3 {
+        let mut forward = Vec::new();
+        for k in 0..20 {
+            let key = format!("r{round}-k{k}");
+            let db = pool.get().await.unwrap();
+            forward.push(valid_transfer(&db, &key, "equity:world", "acct:0", "1.00").await);
+        }
+        let backward: Vec<WriteRequest> = forward.iter().rev().cloned().collect();
+        // A third transaction holds one key of the middle, so both claims (which run before
+        // the ledger's lock) stop there with part of their keys inserted. When it rolls back,
+        // a claim in request order would wait on the other in a cycle (a deadlock, one batch
+        // failed); keys are inserted in one order for everyone, so the second claim waits on
+        // the first and then finds its keys taken.
+        owner.batch_execute("BEGIN").await.unwrap();
+        owner
+            .execute(
+                "INSERT INTO idempotency_keys (caller, idempotency_key, operation, fingerprint, decided_at)
+                 VALUES ($1, $2, 'post', sha256('held'::bytea), now())",
+                &[&ledger::grpc::ANONYMOUS, &format!("r{round}-k10")],
+            )
+            .await
+            .unwrap();
+        let run = |reqs: Vec<WriteRequest>| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let mut db = pool.get().await.unwrap();
+                batch::apply(&mut db, &reqs).await
+            })
+        };
+        let (a, b) = (run(forward), run(backward));
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        owner.batch_execute("ROLLBACK").await.unwrap();
+        let x = a.await.unwrap().expect("batch a commits");
+        let y = b.await.unwrap().expect("batch b commits");
+        for k in 0..20 {
+            let first = x[k].as_ref().expect("accepted or replayed");
+            let second = y[19 - k].as_ref().expect("accepted or replayed");
+            assert_eq!(first.posting, second.posting, "one posting for key {k}");
+            assert!(
+                first.replayed != second.replayed,
+                "exactly one of the two answers is the original"
+            );
+        }
+    }
+    assert_eq!(t.count("postings").await, 3 * 20);
+}
+
 /// Rows that sequential scans read from each journal table (the tables that grow with every
 /// request), as this connection's backend counts them (its pending counters are flushed first).
 async fn rows_scanned(db: &deadpool_postgres::Client) -> HashMap<String, i64> {
