@@ -95,6 +95,8 @@ async fn run(
     // The writer keeps its connection between batches (its prepared statements stay cached,
     // and no pool check per batch); after a failed batch it takes a fresh one.
     let mut conn: Option<deadpool_postgres::Client> = None;
+    // Accounts' rules never change: each lane keeps them across batches.
+    let mut accounts = batch::AccountCache::default();
     loop {
         {
             let mut rx = rx_shared.lock().await;
@@ -134,9 +136,8 @@ async fn run(
         };
         let result = match client {
             Ok(mut client) => {
-                match tokio::time::timeout(BATCH_TIMEOUT, batch::apply(&mut client, &requests))
-                    .await
-                {
+                let apply = batch::apply_cached(&mut client, &requests, &mut accounts);
+                match tokio::time::timeout(BATCH_TIMEOUT, apply).await {
                     Ok(r) => {
                         if r.is_ok() {
                             conn = Some(client);

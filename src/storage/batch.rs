@@ -1,6 +1,7 @@
 //! The writer's batch transaction: claim every idempotency key with one `INSERT … ON CONFLICT
 //! DO NOTHING` (the UNIQUE constraint decides which requests are new), take the ledger's
-//! advisory lock, decide the new requests in order against balances held in memory, then
+//! advisory lock, read the totals of the batch's accounts (their rules come from the lane's
+//! [`AccountCache`]), decide the new requests in order against balances held in memory, then
 //! write postings, legs, rejections, outbox rows and totals with one statement per table,
 //! and commit once. Nothing is answered before the commit.
 //!
@@ -86,13 +87,55 @@ pub async fn apply(
     client: &mut deadpool_postgres::Client,
     requests: &[WriteRequest],
 ) -> Result<Vec<Outcome>, StorageError> {
+    apply_cached(client, requests, &mut AccountCache::default()).await
+}
+
+/// Like [`apply`], with the accounts' rules kept in `cache` across batches (the writer's lanes
+/// keep one each).
+pub async fn apply_cached(
+    client: &mut deadpool_postgres::Client,
+    requests: &[WriteRequest],
+    cache: &mut AccountCache,
+) -> Result<Vec<Outcome>, StorageError> {
     assert!(!requests.is_empty(), "empty batch");
-    let result = apply_in_transaction(client, requests).await;
+    let result = apply_in_transaction(client, requests, cache).await;
     if result.is_err() {
         // The transaction may still be open (aborted): end it so the connection is clean.
         let _ = client.batch_execute("ROLLBACK").await;
     }
     result
+}
+
+/// Accounts kept at most in an [`AccountCache`] (limit ACCOUNT_CACHE_MAX); when full it is
+/// emptied and refilled from the batches that follow.
+pub const ACCOUNT_CACHE_MAX: usize = 100_000;
+
+/// The rules of accounts (code, currency, scale, normal balance, negativity) by id. Accounts are
+/// never updated (a trigger refuses it), so an entry never goes stale; a batch reads the rules
+/// only of the accounts the cache does not hold, and the totals of all of them.
+#[derive(Default)]
+pub struct AccountCache {
+    rules: HashMap<i64, Rule>,
+}
+
+impl AccountCache {
+    /// Makes room for a batch naming `accounts` accounts: empties the cache when it could
+    /// otherwise grow past ACCOUNT_CACHE_MAX (never during a batch, whose rules it must hold).
+    fn make_room(&mut self, accounts: usize) {
+        if self.rules.len() + accounts > ACCOUNT_CACHE_MAX {
+            self.rules.clear();
+        }
+    }
+}
+
+fn rule_of(a: &Account) -> Rule {
+    Rule {
+        code: a.code.clone(),
+        currency: a.currency.clone(),
+        scale: a.scale,
+        normal_balance: a.normal_balance,
+        allow_negative: a.allow_negative,
+    }
 }
 
 /// Opens the batch transaction. If the writer's connection goes silent mid-batch (a network
@@ -128,12 +171,14 @@ const TOTALS_UPDATE_SQL: &str = "UPDATE account_totals t SET debits = u.d::numer
      FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::bigint[]) AS u(id, d, c, v, s)
      WHERE t.account_id = u.id";
 
-/// The accounts named by the batch's posts (ids distinct).
-const ACCOUNTS_SQL: &str = "SELECT a.account_id, a.code, a.currency, a.scale, a.normal_balance, a.allow_negative, a.metadata, a.created_at,
-            t.debits::text AS debits, t.credits::text AS credits, t.version
-     FROM unnest($1::bigint[]) AS x(id)
-     JOIN accounts a ON a.account_id = x.id
-     JOIN account_totals t ON t.account_id = x.id";
+/// The totals of the accounts named by the batch's posts (ids distinct).
+const TOTALS_SQL: &str =
+    "SELECT t.account_id, t.debits::text AS debits, t.credits::text AS credits, t.version
+     FROM unnest($1::bigint[]) AS x(id) JOIN account_totals t ON t.account_id = x.id";
+
+/// The accounts whose rules the lane's cache does not hold yet (sent only when there are any).
+const ACCOUNTS_SQL: &str = "SELECT a.account_id, a.code, a.currency, a.scale, a.normal_balance, a.allow_negative, a.metadata, a.created_at
+     FROM unnest($1::bigint[]) AS x(id) JOIN accounts a ON a.account_id = x.id";
 
 /// The accounts of the postings the batch's voids target (sent only when there are voids).
 const TARGET_ACCOUNTS_SQL: &str = "SELECT a.account_id, a.code, a.currency, a.scale, a.normal_balance, a.allow_negative, a.metadata, a.created_at,
@@ -146,15 +191,17 @@ const TARGET_ACCOUNTS_SQL: &str = "SELECT a.account_id, a.code, a.currency, a.sc
 async fn apply_in_transaction(
     client: &mut deadpool_postgres::Client,
     requests: &[WriteRequest],
+    cache: &mut AccountCache,
 ) -> Result<Vec<Outcome>, StorageError> {
     let t0 = std::time::Instant::now();
     let mut marks: Vec<(&str, u128)> = Vec::new();
-    let (lock_st, state_st, claim_st, accounts_st, targets_st) = futures_util::try_join!(
+    let (lock_st, state_st, claim_st, totals_st, accounts_st, targets_st) = futures_util::try_join!(
         client.prepare_cached("SELECT pg_advisory_xact_lock($1)"),
         client.prepare_cached(
             "SELECT last_sequence, last_recorded_at, clock_timestamp() AS now FROM ledger_state WHERE ledger_id = 1 FOR UPDATE"
         ),
         client.prepare_cached(CLAIM_SQL),
+        client.prepare_cached(TOTALS_SQL),
         client.prepare_cached(ACCOUNTS_SQL),
         client.prepare_cached(TARGET_ACCOUNTS_SQL),
     )?;
@@ -204,21 +251,40 @@ async fn apply_in_transaction(
     let begin = client_ref.batch_execute(BEGIN_SQL);
     let lock_params: [&(dyn ToSql + Sync); 1] = [&LEDGER_WRITE_LOCK];
     let claim_params: [&(dyn ToSql + Sync); 4] = [&callers, &keys, &ops, &fps];
-    let account_params: [&(dyn ToSql + Sync); 1] = [&ids];
+    cache.make_room(ids.len());
+    let uncached: Vec<i64> = ids
+        .iter()
+        .copied()
+        .filter(|id| !cache.rules.contains_key(id))
+        .collect();
+    let totals_params: [&(dyn ToSql + Sync); 1] = [&ids];
+    let account_params: [&(dyn ToSql + Sync); 1] = [&uncached];
     let target_params: [&(dyn ToSql + Sync); 1] = [&void_targets];
     let claim = client_ref.query(&claim_st, &claim_params);
     let lock = client_ref.execute(&lock_st, &lock_params);
     let state = client_ref.query(&state_st, &[]);
-    let accounts = client_ref.query(&accounts_st, &account_params);
+    let totals_read = client_ref.query(&totals_st, &totals_params);
+    let accounts = async {
+        if uncached.is_empty() {
+            return Ok(Vec::new());
+        }
+        client_ref.query(&accounts_st, &account_params).await
+    };
     let target_accounts = async {
         if void_targets.is_empty() {
             return Ok(Vec::new());
         }
         client_ref.query(&targets_st, &target_params).await
     };
-    let (_, claim_rows, _, state, mut account_rows, target_account_rows) =
-        futures_util::try_join!(begin, claim, lock, state, accounts, target_accounts)?;
-    account_rows.extend(target_account_rows);
+    let (_, claim_rows, _, state, totals_rows, account_rows, target_account_rows) = futures_util::try_join!(
+        begin,
+        claim,
+        lock,
+        state,
+        totals_read,
+        accounts,
+        target_accounts
+    )?;
     marks.push(("read", t0.elapsed().as_micros()));
     assert_eq!(state.len(), 1, "ledger_state holds one row");
     let state = &state[0];
@@ -332,30 +398,44 @@ async fn apply_in_transaction(
             targets.insert(p.posting_id, p);
         }
     }
+    // Rules: from the cache, from the accounts read now, and from the void targets' accounts.
+    for r in account_rows.iter().chain(&target_account_rows) {
+        let a = account_from_row(r);
+        cache.rules.insert(a.id, rule_of(&a));
+    }
     let mut totals = HashMap::new();
     let mut rules = HashMap::new();
-    let mut by_code: HashMap<String, Account> = HashMap::new();
-    for r in &account_rows {
-        let a = account_from_row(r);
+    let mut by_code: HashMap<String, i64> = HashMap::new();
+    let totals_of = totals_rows
+        .iter()
+        .map(|r| (r.get::<_, i64>("account_id"), r))
+        .chain(
+            target_account_rows
+                .iter()
+                .map(|r| (r.get::<_, i64>("account_id"), r)),
+        );
+    for (id, r) in totals_of {
+        let rule = cache
+            .rules
+            .get(&id)
+            .unwrap_or_else(|| panic!("account {id} has totals but no rules"))
+            .clone();
         totals.insert(
-            a.id,
+            id,
             Totals {
-                debits: parse_stored(r.get("debits"), a.scale),
-                credits: parse_stored(r.get("credits"), a.scale),
+                debits: parse_stored(r.get("debits"), rule.scale),
+                credits: parse_stored(r.get("credits"), rule.scale),
                 version: r.get("version"),
             },
         );
-        rules.insert(
-            a.id,
-            Rule {
-                code: a.code.clone(),
-                currency: a.currency.clone(),
-                scale: a.scale,
-                normal_balance: a.normal_balance,
-                allow_negative: a.allow_negative,
-            },
+        by_code.insert(rule.code.clone(), id);
+        rules.insert(id, rule);
+    }
+    for id in &ids {
+        assert!(
+            totals.contains_key(id),
+            "account {id} of a validated post has no totals row"
         );
-        by_code.insert(a.code.clone(), a);
     }
     let mut engine = Engine::new(totals, rules);
     marks.push(("accounts", t0.elapsed().as_micros()));
@@ -404,11 +484,12 @@ async fn apply_in_transaction(
                         .legs
                         .iter()
                         .map(|l| {
-                            let a = &by_code[&l.account];
+                            let id = by_code[&l.account];
+                            let rule = &cache.rules[&id];
                             Leg {
-                                account_id: a.id,
-                                account_code: a.code.clone(),
-                                currency: a.currency.clone(),
+                                account_id: id,
+                                account_code: rule.code.clone(),
+                                currency: rule.currency.clone(),
                                 direction: l.direction.swapped(),
                                 amount: l.amount,
                             }
@@ -773,5 +854,40 @@ impl Rows {
             "every touched account has a totals row"
         );
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::NormalBalance;
+
+    fn rule(code: &str) -> Rule {
+        Rule {
+            code: code.into(),
+            currency: "EUR".into(),
+            scale: 2,
+            normal_balance: NormalBalance::Debit,
+            allow_negative: false,
+        }
+    }
+
+    #[test]
+    fn the_account_cache_empties_only_when_a_batch_would_take_it_past_its_limit() {
+        let mut cache = AccountCache::default();
+        for id in 0..(ACCOUNT_CACHE_MAX as i64 - 10) {
+            cache.rules.insert(id, rule("a"));
+        }
+        cache.make_room(10);
+        assert_eq!(
+            cache.rules.len(),
+            ACCOUNT_CACHE_MAX - 10,
+            "room enough: kept"
+        );
+        cache.make_room(11);
+        assert!(
+            cache.rules.is_empty(),
+            "past the limit: emptied before the batch"
+        );
     }
 }
