@@ -1,5 +1,5 @@
 //! The writer task: one per process, it takes whatever requests are queued (up to
-//! [`MAX_BATCH`]), applies them in one transaction through [`storage::batch`], commits once,
+//! [`MAX_BATCH`]), applies them in one transaction through [`crate::storage::batch`], commits once,
 //! then answers each caller. It never waits on a timer: a short queue makes a small batch,
 //! and under load batches grow by themselves (group commit).
 
