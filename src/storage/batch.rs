@@ -398,14 +398,20 @@ async fn apply_in_transaction(
             targets.insert(p.posting_id, p);
         }
     }
-    // Rules: from the cache, from the accounts read now, and from the void targets' accounts.
-    for r in account_rows.iter().chain(&target_account_rows) {
+    // Rules: from the cache, from the accounts read now, and from the void targets' accounts
+    // (the only accounts a void names by code).
+    let mut by_code: HashMap<String, i64> = HashMap::new();
+    for r in &account_rows {
         let a = account_from_row(r);
+        cache.rules.insert(a.id, rule_of(&a));
+    }
+    for r in &target_account_rows {
+        let a = account_from_row(r);
+        by_code.insert(a.code.clone(), a.id);
         cache.rules.insert(a.id, rule_of(&a));
     }
     let mut totals = HashMap::new();
     let mut rules = HashMap::new();
-    let mut by_code: HashMap<String, i64> = HashMap::new();
     let totals_of = totals_rows
         .iter()
         .map(|r| (r.get::<_, i64>("account_id"), r))
@@ -428,7 +434,6 @@ async fn apply_in_transaction(
                 version: r.get("version"),
             },
         );
-        by_code.insert(rule.code.clone(), id);
         rules.insert(id, rule);
     }
     for id in &ids {
