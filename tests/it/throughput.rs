@@ -155,6 +155,24 @@ async fn two_batches_claiming_the_same_keys_in_opposite_orders_post_each_key_onc
     assert_eq!(t.count("postings").await, 3 * 20);
 }
 
+/// The tables a batch writes to, which grow with every request.
+const JOURNAL_TABLES: [&str; 5] = [
+    "idempotency_keys",
+    "postings",
+    "entries",
+    "rejections",
+    "outbox",
+];
+
+/// Rows in each journal table, in the order of [`JOURNAL_TABLES`].
+async fn journal_counts(t: &TestLedger) -> Vec<i64> {
+    let mut counts = Vec::new();
+    for table in JOURNAL_TABLES {
+        counts.push(t.count(table).await);
+    }
+    counts
+}
+
 /// Rows that sequential scans read from each journal table (the tables that grow with every
 /// request), as this connection's backend counts them (its pending counters are flushed first).
 async fn rows_scanned(db: &deadpool_postgres::Client) -> HashMap<String, i64> {
@@ -164,16 +182,23 @@ async fn rows_scanned(db: &deadpool_postgres::Client) -> HashMap<String, i64> {
     db.batch_execute("SELECT pg_stat_clear_snapshot()")
         .await
         .unwrap();
-    db.query(
-        "SELECT relname::text, coalesce(seq_tup_read, 0) FROM pg_stat_user_tables
-         WHERE relname IN ('idempotency_keys', 'postings', 'entries', 'rejections', 'outbox')",
-        &[],
-    )
-    .await
-    .unwrap()
-    .iter()
-    .map(|r| (r.get(0), r.get(1)))
-    .collect()
+    let scanned: HashMap<String, i64> = db
+        .query(
+            "SELECT relname::text, coalesce(seq_tup_read, 0) FROM pg_stat_user_tables
+         WHERE relname = ANY($1)",
+            &[&&JOURNAL_TABLES[..]],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        scanned.len(),
+        JOURNAL_TABLES.len(),
+        "a counter per journal table"
+    );
+    scanned
 }
 
 #[tokio::test]
@@ -270,19 +295,7 @@ async fn a_failed_batch_writes_nothing_and_answers_every_caller_unavailable() {
         .await
         .unwrap();
     break_outbox(&t).await;
-    let before: Vec<i64> = {
-        let mut v = Vec::new();
-        for table in [
-            "idempotency_keys",
-            "postings",
-            "entries",
-            "rejections",
-            "outbox",
-        ] {
-            v.push(t.count(table).await);
-        }
-        v
-    };
+    let before = journal_counts(&t).await;
 
     // Directly: one batch holding an acceptable, a rejected and a duplicate request.
     let pool = ledger::storage::pool(&t.database_url, 2).unwrap();
@@ -313,19 +326,7 @@ async fn a_failed_batch_writes_nothing_and_answers_every_caller_unavailable() {
         let status = c.await.unwrap().expect_err("batch failed");
         assert_error(&status, Code::Unavailable, "STORAGE_UNAVAILABLE");
     }
-    let after: Vec<i64> = {
-        let mut v = Vec::new();
-        for table in [
-            "idempotency_keys",
-            "postings",
-            "entries",
-            "rejections",
-            "outbox",
-        ] {
-            v.push(t.count(table).await);
-        }
-        v
-    };
+    let after = journal_counts(&t).await;
     assert_eq!(before, after, "nothing of a failed batch is written");
 
     // Once the database accepts again, retries with the same keys make one posting each.
