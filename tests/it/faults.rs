@@ -33,6 +33,26 @@ pub fn is_unknown(s: &tonic::Status) -> bool {
     )
 }
 
+/// Posts `req` again (same key) while its outcome is unknown, pausing `pause` between tries,
+/// until it is answered or `within` has passed. The last error is returned when the answer is
+/// a definite error, or still unknown at the deadline.
+pub async fn post_until_settled(
+    t: &mut TestLedger,
+    req: pb::PostRequest,
+    within: Duration,
+    pause: Duration,
+) -> Result<pb::PostResponse, tonic::Status> {
+    let deadline = Instant::now() + within;
+    loop {
+        match t.post(req.clone()).await {
+            Err(s) if is_unknown(&s) && Instant::now() < deadline => {
+                tokio::time::sleep(pause).await
+            }
+            answer => return answer,
+        }
+    }
+}
+
 /// A lazily connecting client (survives server restarts).
 fn lazy_client(addr: &str) -> LedgerClient<Channel> {
     let ch = Channel::from_shared(format!("http://{addr}"))
@@ -386,19 +406,14 @@ async fn a_stopped_database_ends_requests_at_their_deadline_and_nothing_is_lost(
         "the request ended near its deadline, took {took:?}"
     );
     // Retry until settled: exactly one posting for the key.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match t
-            .post(transfer("during", "equity:world", "acct:0", "2.00"))
-            .await
-        {
-            Ok(_) => break,
-            Err(s) if is_unknown(&s) && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(100)).await
-            }
-            Err(s) => panic!("{s:?}"),
-        }
-    }
+    post_until_settled(
+        &mut t,
+        transfer("during", "equity:world", "acct:0", "2.00"),
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+    )
+    .await
+    .unwrap_or_else(|s| panic!("{s:?}"));
     assert_eq!(t.count("postings").await, 2);
     assert_eq!(t.balance("acct:0", None).await.balance, "3.00");
     let (ok, report) = ledger_check(&url).await;
@@ -423,19 +438,14 @@ async fn a_stalled_connection_ends_requests_at_their_deadline_and_the_retry_post
     assert!(started.elapsed() < Duration::from_secs(3));
     proxy.cut();
     proxy.resume();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match t
-            .post(transfer("stalled", "equity:world", "acct:0", "5.00"))
-            .await
-        {
-            Ok(_) => break,
-            Err(s) if is_unknown(&s) && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(200)).await
-            }
-            Err(s) => panic!("{s:?}"),
-        }
-    }
+    post_until_settled(
+        &mut t,
+        transfer("stalled", "equity:world", "acct:0", "5.00"),
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+    )
+    .await
+    .unwrap_or_else(|s| panic!("{s:?}"));
     assert_eq!(t.count("postings").await, 1);
     let (ok, report) = ledger_check(&direct).await;
     assert!(ok, "{report}");

@@ -6,7 +6,7 @@
 //! `LEDGER_HISTORY_SEED=<seed> cargo test --test it history::`.
 //! The soak: `LEDGER_SOAK_SECS=600 cargo test --release --test it history::soak -- --ignored --nocapture`.
 
-use crate::faults::{is_unknown, ledger_check};
+use crate::faults::{is_unknown, ledger_check, post_until_settled};
 use crate::support::proxy::Proxy;
 use crate::support::*;
 use ledger::grpc::pb;
@@ -256,16 +256,14 @@ pub async fn run_history(seed: u64, clients: usize, ops_per_client: usize) -> St
     }
     proxy.resume();
     // Fence: one fresh successful post means no earlier request is still queued.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match t.post(transfer("fence", "world", "a0", "0.01")).await {
-            Ok(_) => break,
-            Err(s) if is_unknown(&s) && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(100)).await
-            }
-            Err(s) => panic!("seed {seed}: fence failed {s:?}"),
-        }
-    }
+    post_until_settled(
+        &mut t,
+        transfer("fence", "world", "a0", "0.01"),
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+    )
+    .await
+    .unwrap_or_else(|s| panic!("seed {seed}: fence failed {s:?}"));
 
     // The journal, in sequence order.
     let mut journal: Vec<pb::Posting> = Vec::new();
