@@ -70,6 +70,19 @@ struct Tally {
     unknown: AtomicU64,
 }
 
+/// Waits until the load has had `n` more requests answered OK than `since` (at most 30 s), so a
+/// fault injected next lands while requests are in flight, however fast the server is.
+async fn until_progress(tally: &Tally, since: u64, n: u64) {
+    let start = Instant::now();
+    while tally.ok.load(Ordering::Relaxed) < since + n {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the load made no progress"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// `clients` callers each post `per_client` transfers of 1.00 from the world to acct:0, each
 /// with its own key, retrying every unknown outcome with the same key until it is OK.
 async fn load(addr: String, clients: usize, per_client: usize, tally: Arc<Tally>) {
@@ -294,9 +307,9 @@ async fn sigkill_of_the_server_under_load_with_retrying_clients_loses_and_double
     }
     world_and_one_account(&mut c).await;
     let tally = Arc::new(Tally::default());
-    let run = tokio::spawn(load(addr.clone(), 8, 60, tally.clone()));
+    let run = tokio::spawn(load(addr.clone(), 8, 200, tally.clone()));
     for _ in 0..3 {
-        tokio::time::sleep(Duration::from_millis(700)).await;
+        until_progress(&tally, tally.ok.load(Ordering::Relaxed), 40).await;
         server.kill().unwrap(); // SIGKILL
         server.wait().unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -309,7 +322,7 @@ async fn sigkill_of_the_server_under_load_with_retrying_clients_loses_and_double
         tally.unknown.load(Ordering::Relaxed) > 0,
         "the kills hit requests in flight"
     );
-    assert_exactly_once(&url, 8, 60).await;
+    assert_exactly_once(&url, 8, 200).await;
 }
 
 #[tokio::test]
@@ -319,17 +332,17 @@ async fn an_immediate_postgres_restart_under_load_loses_and_doubles_nothing() {
     world_and_one_account(&mut t.client).await;
     let addr = t.server.as_ref().unwrap().local_addr.to_string();
     let tally = Arc::new(Tally::default());
-    let run = tokio::spawn(load(addr, 6, 50, tally.clone()));
+    let run = tokio::spawn(load(addr, 6, 150, tally.clone()));
     let pg = Arc::new(std::sync::Mutex::new(pg));
     for _ in 0..2 {
-        tokio::time::sleep(Duration::from_millis(600)).await;
+        until_progress(&tally, tally.ok.load(Ordering::Relaxed), 40).await;
         let pg = pg.clone();
         tokio::task::spawn_blocking(move || pg.lock().unwrap().restart_immediate().unwrap())
             .await
             .unwrap();
     }
     run.await.unwrap();
-    assert_exactly_once(&url, 6, 50).await;
+    assert_exactly_once(&url, 6, 150).await;
 }
 
 #[tokio::test]
