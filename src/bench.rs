@@ -420,13 +420,25 @@ async fn post_scenario(
             let recent = Arc::new(Mutex::new(Vec::<pb::PostRequest>::new()));
             let mut rng = Rng::new(7);
             let mut tasks = tokio::task::JoinSet::new();
-            let mut i = 0u64;
-            loop {
-                let due = started + Duration::from_secs_f64(i as f64 / rate);
-                if due >= deadline {
-                    break;
+            // The pacer: a thread that wakes at each request's due time. The runtime's timer
+            // rounds every sleep up to its next millisecond tick, which made each send up to
+            // 1 ms late; counted from the due time, that lateness was the generator's own,
+            // yet reported as the server's latency. A thread's sleep wakes within tens of µs.
+            let (ticks, mut due_times) = tokio::sync::mpsc::unbounded_channel::<Instant>();
+            let pacer = std::thread::spawn(move || {
+                for n in 0u64.. {
+                    let due = started + Duration::from_secs_f64(n as f64 / rate);
+                    if due >= deadline {
+                        break;
+                    }
+                    std::thread::sleep(due.saturating_duration_since(Instant::now()));
+                    if ticks.send(due).is_err() {
+                        break;
+                    }
                 }
-                tokio::time::sleep_until(due.into()).await;
+            });
+            let mut i = 0u64;
+            while let Some(due) = due_times.recv().await {
                 let (req, dup) = {
                     let r = recent.lock().unwrap();
                     let mut n = i;
@@ -450,6 +462,7 @@ async fn post_scenario(
                 });
                 while tasks.try_join_next().is_some() {}
             }
+            pacer.join().map_err(|_| "the pacer thread panicked")?;
             while tasks.join_next().await.is_some() {}
         }
     }

@@ -142,7 +142,22 @@ fn rule_of(a: &Account) -> Rule {
 /// black hole), the server ends the transaction by itself after
 /// `idle_in_transaction_session_timeout` (limit `BATCH_IDLE_TIMEOUT`), releasing the ledger's
 /// write lock for the next batch on a fresh connection.
-const BEGIN_SQL: &str = "BEGIN; SET LOCAL idle_in_transaction_session_timeout = '15s'";
+///
+/// It also switches the transaction to generic plans ([`GENERIC_PLANS`]) for the claim, the
+/// lock and the state row that follow; [`CUSTOM_PLANS`] switches back before any statement
+/// that reads a growing table.
+const BEGIN_SQL: &str = "BEGIN; SET LOCAL idle_in_transaction_session_timeout = '15s'; SET LOCAL plan_cache_mode = force_generic_plan";
+
+/// Plans: statements that read no growing table (the claim, whose only reads are its own
+/// arguments and rows; the legs, rejections and outbox inserts from `unnest`, which no foreign
+/// key checks; the one-row `ledger_state`) run on a plan made once per connection, as nothing
+/// in it can go stale. Each statement that reads a growing table (totals, accounts, earlier
+/// decisions, the totals update, and the postings insert, whose void foreign key reads
+/// `postings`) runs after [`CUSTOM_PLANS`], planned for the tables as they are. Measured at `ledger bench --rate 1000`: planning the
+/// claim and the inserts on every batch cost about 0.3 ms of a 1.9 ms batch.
+const GENERIC_PLANS: &str = "SET LOCAL plan_cache_mode = force_generic_plan";
+/// Back to the connection's default: a plan for each execution (see [`super::pool_as`]).
+const CUSTOM_PLANS: &str = "SET LOCAL plan_cache_mode = force_custom_plan";
 
 /// Claims the batch's keys: returns the position (1-based) of every key this insert claimed,
 /// inserting in (caller, key) order (a canonical order, so concurrent claims cannot deadlock).
@@ -263,6 +278,7 @@ async fn apply_in_transaction(
     let claim = client_ref.query(&claim_st, &claim_params);
     let lock = client_ref.execute(&lock_st, &lock_params);
     let state = client_ref.query(&state_st, &[]);
+    let custom_plans = client_ref.batch_execute(CUSTOM_PLANS);
     let totals_read = client_ref.query(&totals_st, &totals_params);
     let accounts = async {
         if uncached.is_empty() {
@@ -276,11 +292,12 @@ async fn apply_in_transaction(
         }
         client_ref.query(&targets_st, &target_params).await
     };
-    let (_, claim_rows, _, state, totals_rows, account_rows, target_account_rows) = futures_util::try_join!(
+    let (_, claim_rows, _, state, _, totals_rows, account_rows, target_account_rows) = futures_util::try_join!(
         begin,
         claim,
         lock,
         state,
+        custom_plans,
         totals_read,
         accounts,
         target_accounts
@@ -838,15 +855,20 @@ impl Rows {
                 .execute(&state_st, &[&last_sequence, &last_recorded])
                 .await
         };
-        // COMMIT goes out right behind the writes (the futures are polled, and so sent, in
-        // this order). An earlier failure turns it into a rollback and is reported below.
+        // The futures are polled, and so sent, in this order: first what is planned for each
+        // execution, the totals update (it reads `account_totals`) and the postings insert (a
+        // void's foreign key check reads `postings`, on a plan of the same mode); then the
+        // other inserts and the state row on their generic plans; then COMMIT right behind
+        // them. An earlier failure turns the COMMIT into a rollback and is reported below.
+        let generic_plans = client.batch_execute(GENERIC_PLANS);
         let commit = client.batch_execute("COMMIT");
-        let (p, e, _, o, t, _, _) = futures_util::try_join!(
+        let (t, p, _, e, _, o, _, _) = futures_util::try_join!(
+            totals_update,
             postings,
+            generic_plans,
             entries,
             rejections,
             outbox,
-            totals_update,
             state,
             commit
         )?;
