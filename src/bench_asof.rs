@@ -336,13 +336,13 @@ async fn load(db: &tokio_postgres::Client, args: &BenchAsOfArgs) -> Result<(), B
            FROM generate_series(1, {postings}) s;
          INSERT INTO idempotency_keys (caller, idempotency_key, operation, fingerprint, decided_at)
            SELECT 'bench', 'load-' || sequence, 'post', sha256(('load-' || sequence)::bytea), recorded_at FROM bench_p;
-         INSERT INTO postings (sequence, posting_id, caller, idempotency_key, effective_at, recorded_at, memo, metadata)
+         INSERT INTO postings (sequence, posting_id, caller, idempotency_key, effective_at, recorded_at, memo, metadata, key_id)
            SELECT sequence, gen_random_uuid(), 'bench', 'load-' || sequence,
                   CASE WHEN kind < {pct} THEN recorded_at - shift * interval '1 microsecond'
                        WHEN kind < 2 * {pct} THEN recorded_at + shift * interval '1 microsecond'
                        ELSE recorded_at END,
-                  recorded_at, '', '{{}}'
-           FROM bench_p;
+                  recorded_at, '', '{{}}', k.key_id
+           FROM bench_p JOIN idempotency_keys k ON k.caller = 'bench' AND k.idempotency_key = 'load-' || sequence;
          CREATE TEMP TABLE bench_l ON COMMIT DROP AS
            SELECT p.sequence, j AS leg_index, a.account_id,
                   CASE WHEN j % 2 = 0 THEN 'D' ELSE 'C' END::\"char\" AS direction,

@@ -159,8 +159,8 @@ const GENERIC_PLANS: &str = "SET LOCAL plan_cache_mode = force_generic_plan";
 /// Back to the connection's default: a plan for each execution (see [`super::pool_as`]).
 const CUSTOM_PLANS: &str = "SET LOCAL plan_cache_mode = force_custom_plan";
 
-/// Claims the batch's keys: returns the position (1-based) of every key this insert claimed,
-/// inserting in (caller, key) order (a canonical order, so concurrent claims cannot deadlock).
+/// Claims the batch's keys: returns the position (1-based) and the key number of every key this
+/// insert claimed (a posting names its key by that number), inserting in (caller, key) order (a canonical order, so concurrent claims cannot deadlock).
 /// A key it did not claim was decided earlier; [`DECIDED_SQL`] reads that decision.
 const CLAIM_SQL: &str = "WITH u AS (
         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[]) WITH ORDINALITY AS u(c, k, o, f, n)),
@@ -168,8 +168,8 @@ const CLAIM_SQL: &str = "WITH u AS (
         INSERT INTO idempotency_keys (caller, idempotency_key, operation, fingerprint, decided_at)
         SELECT c, k, o, f, clock_timestamp() FROM u ORDER BY c, k
         ON CONFLICT ON CONSTRAINT idempotency_keys_unique DO NOTHING
-        RETURNING caller, idempotency_key)
-     SELECT u.n FROM u JOIN ins ON ins.caller = u.c AND ins.idempotency_key = u.k
+        RETURNING caller, idempotency_key, key_id)
+     SELECT u.n, ins.key_id FROM u JOIN ins ON ins.caller = u.c AND ins.idempotency_key = u.k
      ORDER BY u.n";
 
 /// The stored decision of keys decided before this batch (run only when the claim left some
@@ -177,7 +177,7 @@ const CLAIM_SQL: &str = "WITH u AS (
 const DECIDED_SQL: &str = "SELECT u.n, k.operation, k.fingerprint, p.sequence, r.reason, r.message
      FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(c, k, n)
      JOIN idempotency_keys k ON k.caller = u.c AND k.idempotency_key = u.k
-     LEFT JOIN postings p ON p.caller = u.c AND p.idempotency_key = u.k
+     LEFT JOIN postings p ON p.key_id = k.key_id
      LEFT JOIN rejections r ON r.caller = u.c AND r.idempotency_key = u.k
      ORDER BY u.n";
 
@@ -316,6 +316,8 @@ async fn apply_in_transaction(
         "at most one claim row per key"
     );
     let mut claimed = vec![false; firsts.len()];
+    // The number of each key this batch claimed, by request index.
+    let mut key_ids: HashMap<usize, i64> = HashMap::new();
     for row in &claim_rows {
         let n: i64 = row.get("n");
         assert!(
@@ -324,6 +326,7 @@ async fn apply_in_transaction(
         );
         assert!(!claimed[n as usize - 1], "key {n} claimed twice");
         claimed[n as usize - 1] = true;
+        key_ids.insert(firsts[n as usize - 1], row.get("key_id"));
     }
     let mut decisions: HashMap<(&str, &str), Decision> = HashMap::new();
     let new_idx: Vec<usize> = (0..firsts.len())
@@ -544,6 +547,7 @@ async fn apply_in_transaction(
                 recorded_at,
                 &req.caller,
                 req.command.key(),
+                key_ids[&i],
                 &legs,
                 &effects,
                 new,
@@ -622,6 +626,7 @@ struct Rows {
     p_id: Vec<Uuid>,
     p_caller: Vec<String>,
     p_key: Vec<String>,
+    p_key_id: Vec<i64>,
     p_effective: Vec<OffsetDateTime>,
     p_recorded: Vec<OffsetDateTime>,
     p_memo: Vec<String>,
@@ -655,6 +660,7 @@ impl Rows {
         recorded_at: OffsetDateTime,
         caller: &str,
         key: &str,
+        key_id: i64,
         legs: &[Leg],
         effects: &[crate::domain::engine::LegEffect],
         new: NewPosting,
@@ -668,6 +674,7 @@ impl Rows {
         self.p_id.push(posting_id);
         self.p_caller.push(caller.to_owned());
         self.p_key.push(key.to_owned());
+        self.p_key_id.push(key_id);
         self.p_effective.push(effective_at);
         self.p_recorded.push(recorded_at);
         self.p_memo.push(new.memo.clone());
@@ -749,8 +756,8 @@ impl Rows {
         }
         let (postings_st, entries_st, rejections_st, outbox_st, totals_st, state_st) = futures_util::try_join!(
             client.prepare_cached(
-                "INSERT INTO postings (sequence, posting_id, caller, idempotency_key, effective_at, recorded_at, memo, metadata, voids_posting_id, void_reason)
-                 SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::text[], $8::jsonb[], $9::uuid[], $10::text[])"
+                "INSERT INTO postings (sequence, posting_id, caller, idempotency_key, effective_at, recorded_at, memo, metadata, voids_posting_id, void_reason, key_id)
+                 SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::text[], $8::jsonb[], $9::uuid[], $10::text[], $11::bigint[])"
             ),
             client.prepare_cached(
                 "INSERT INTO entries (sequence, leg_index, account_id, direction, amount, account_version, debits_after, credits_after, recorded_at, effective_at)
@@ -790,6 +797,7 @@ impl Rows {
                         &self.p_meta,
                         &self.p_voids,
                         &self.p_reason,
+                        &self.p_key_id,
                     ],
                 )
                 .await

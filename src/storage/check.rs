@@ -116,9 +116,10 @@ const CHECKS: &[(&str, &str)] = &[
          SELECT format('outbox row %s has no posting', o.sequence)
          FROM outbox o WHERE NOT EXISTS (SELECT 1 FROM postings p WHERE p.sequence = o.sequence)
          UNION ALL
-         SELECT format('posting %s has no claimed key (%s, %s)', p.sequence, p.caller, p.idempotency_key)
+         SELECT format('posting %s has no claimed key (%s, %s) numbered %s', p.sequence, p.caller, p.idempotency_key, p.key_id)
          FROM postings p WHERE NOT EXISTS (
-           SELECT 1 FROM idempotency_keys k WHERE k.caller = p.caller AND k.idempotency_key = p.idempotency_key)
+           SELECT 1 FROM idempotency_keys k
+           WHERE k.key_id = p.key_id AND k.caller = p.caller AND k.idempotency_key = p.idempotency_key)
          UNION ALL
          SELECT format('rejection of (%s, %s) has no claimed key', r.caller, r.idempotency_key)
          FROM rejections r WHERE NOT EXISTS (
@@ -132,10 +133,10 @@ const CHECKS: &[(&str, &str)] = &[
     (
         "every decided key has exactly one outcome (a posting or a rejection)",
         "SELECT format('key (%s, %s): %s postings, %s rejections', k.caller, k.idempotency_key,
-                (SELECT count(*) FROM postings p WHERE p.caller = k.caller AND p.idempotency_key = k.idempotency_key),
+                (SELECT count(*) FROM postings p WHERE p.key_id = k.key_id),
                 (SELECT count(*) FROM rejections r WHERE r.caller = k.caller AND r.idempotency_key = k.idempotency_key))
          FROM idempotency_keys k
-         WHERE (SELECT count(*) FROM postings p WHERE p.caller = k.caller AND p.idempotency_key = k.idempotency_key)
+         WHERE (SELECT count(*) FROM postings p WHERE p.key_id = k.key_id)
              + (SELECT count(*) FROM rejections r WHERE r.caller = k.caller AND r.idempotency_key = k.idempotency_key) <> 1",
     ),
     (

@@ -33,6 +33,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0007_void_index_only_on_voids",
         include_str!("../../migrations/0007_void_index_only_on_voids.sql"),
     ),
+    (
+        "0008_postings_name_their_key_by_number",
+        include_str!("../../migrations/0008_postings_name_their_key_by_number.sql"),
+    ),
 ];
 
 /// Applies every migration not yet applied. Safe to run from several processes at once.

@@ -117,8 +117,8 @@ pub async fn posting_by_key(
     let row = client
         .query_opt(
             "SELECT p.sequence, r.reason, r.message FROM idempotency_keys k
-             LEFT JOIN postings p USING (caller, idempotency_key)
-             LEFT JOIN rejections r USING (caller, idempotency_key)
+             LEFT JOIN postings p ON p.key_id = k.key_id
+             LEFT JOIN rejections r ON r.caller = k.caller AND r.idempotency_key = k.idempotency_key
              WHERE k.caller = $1 AND k.idempotency_key = $2",
             &[&caller, &key],
         )

@@ -641,8 +641,9 @@ async fn append_posting_recorded_ahead(t: &TestLedger, ahead: Duration) -> (i64,
     db.batch_execute(&format!(
         "BEGIN;
          INSERT INTO idempotency_keys VALUES ('test', 'ahead', 'post', decode(repeat('ab', 32), 'hex'), clock_timestamp());
-         INSERT INTO postings (sequence, posting_id, caller, idempotency_key, effective_at, recorded_at, memo, metadata)
-           VALUES ({seq}, gen_random_uuid(), 'test', 'ahead', '{rec}', '{rec}', '', '{{}}');
+         INSERT INTO postings (sequence, posting_id, caller, idempotency_key, effective_at, recorded_at, memo, metadata, key_id)
+           SELECT {seq}, gen_random_uuid(), 'test', 'ahead', '{rec}', '{rec}', '', '{{}}', key_id
+           FROM idempotency_keys WHERE caller = 'test' AND idempotency_key = 'ahead';
          INSERT INTO entries
            SELECT {seq}, i, a.account_id, d, 1.00, coalesce(t.version, 0) + 1,
                   coalesce(t.debits, 0) + CASE WHEN d = 'D' THEN 1.00 ELSE 0 END,

@@ -18,4 +18,5 @@ mod posting;
 mod reads;
 mod server_surface;
 mod throughput;
+mod upgrade;
 mod void;

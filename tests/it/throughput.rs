@@ -239,10 +239,11 @@ async fn the_writer_does_not_scan_tables_that_grew_after_its_statements_were_pre
             "INSERT INTO idempotency_keys (caller, idempotency_key, operation, fingerprint, decided_at)
                SELECT 'other', 'key-' || g, 'post', sha256(g::text::bytea), now()
                FROM generate_series(1, 50000) g;
-             INSERT INTO postings (sequence, posting_id, caller, idempotency_key, effective_at, recorded_at, memo, metadata)
+             INSERT INTO postings (sequence, posting_id, caller, idempotency_key, effective_at, recorded_at, memo, metadata, key_id)
                SELECT 1000000000 + g, gen_random_uuid(), 'other', 'key-' || g, now(),
-                      '2000-01-01'::timestamptz + g * interval '1 microsecond', '', '{}'
-               FROM generate_series(1, 50000) g;
+                      '2000-01-01'::timestamptz + g * interval '1 microsecond', '', '{}', k.key_id
+               FROM generate_series(1, 50000) g
+               JOIN idempotency_keys k ON k.caller = 'other' AND k.idempotency_key = 'key-' || g;
              INSERT INTO entries (sequence, leg_index, account_id, direction, amount, account_version,
                                   debits_after, credits_after, recorded_at, effective_at)
                SELECT sequence, 0, (SELECT max(account_id) FROM accounts), 'D', 1,

@@ -159,8 +159,12 @@ async fn the_database_refuses_a_second_void_of_one_posting() {
     let db = t.db().await;
     let err = db
         .execute(
-            "INSERT INTO postings (sequence, posting_id, caller, idempotency_key, effective_at, recorded_at, memo, metadata, voids_posting_id, void_reason)
-             SELECT 99, gen_random_uuid(), caller, idempotency_key, now(), now(), '', '{}', $1::uuid, 'again' FROM idempotency_keys WHERE idempotency_key = 'p'",
+            "WITH k AS (
+               INSERT INTO idempotency_keys (caller, idempotency_key, operation, fingerprint, decided_at)
+               SELECT caller, 'v2', 'void', fingerprint, now() FROM idempotency_keys WHERE idempotency_key = 'p'
+               RETURNING caller, idempotency_key, key_id)
+             INSERT INTO postings (sequence, posting_id, caller, idempotency_key, effective_at, recorded_at, memo, metadata, voids_posting_id, void_reason, key_id)
+             SELECT 99, gen_random_uuid(), caller, idempotency_key, now(), now(), '', '{}', $1::uuid, 'again', key_id FROM k",
             &[&uuid::Uuid::parse_str(&p.posting_id).unwrap()],
         )
         .await
@@ -168,6 +172,11 @@ async fn the_database_refuses_a_second_void_of_one_posting() {
     assert_eq!(
         err.code(),
         Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.as_db_error().and_then(|e| e.constraint()),
+        Some("postings_one_void_per_posting"),
         "{err:?}"
     );
 }

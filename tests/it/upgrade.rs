@@ -1,0 +1,166 @@
+//! Upgrading a ledger recorded under an earlier schema: its journal keeps its meaning.
+
+use crate::support::*;
+use ledger::domain::posting::{LegRequest, PostRequest};
+use ledger::domain::{Direction, Metadata};
+use ledger::storage::migrate::MIGRATIONS;
+use std::collections::HashMap;
+
+/// An empty database of the shared cluster (not migrated).
+async fn empty_database() -> String {
+    let cluster = pg::shared_cluster();
+    let name = format!("u_{}", uuid::Uuid::now_v7().simple());
+    let (admin, conn) = tokio_postgres::connect(
+        &cluster.connection_string("postgres"),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    admin
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    cluster.connection_string(&name)
+}
+
+#[tokio::test]
+async fn postings_recorded_before_0008_are_numbered_by_their_own_keys_and_still_replay() {
+    let url = empty_database().await;
+    let (mut db, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    // The schema as it was before 0008.
+    let before: Vec<_> = MIGRATIONS
+        .iter()
+        .take_while(|(v, _)| !v.starts_with("0008"))
+        .collect();
+    assert_eq!(before.len(), 7);
+    db.batch_execute(
+        "CREATE TABLE schema_migrations (version text PRIMARY KEY,
+           applied_at timestamptz NOT NULL DEFAULT clock_timestamp())",
+    )
+    .await
+    .unwrap();
+    for (version, sql) in before {
+        let tx = db.transaction().await.unwrap();
+        tx.batch_execute(sql).await.unwrap();
+        tx.execute(
+            "INSERT INTO schema_migrations (version) VALUES ($1)",
+            &[version],
+        )
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+    }
+    // A journal written under it: two accounts, one posting (key "old"), one rejected key.
+    db.batch_execute(
+        "INSERT INTO accounts (code, currency, scale, normal_balance, allow_negative, metadata) VALUES
+           ('acct:a', 'EUR', 2, 'debit', false, '{}'), ('equity:w', 'EUR', 2, 'credit', true, '{}');
+         INSERT INTO account_totals SELECT account_id, 0, 0, 0, 0 FROM accounts;",
+    )
+    .await
+    .unwrap();
+    let request = PostRequest {
+        idempotency_key: "old".into(),
+        legs: vec![
+            LegRequest {
+                account: "acct:a".into(),
+                direction: Some(Direction::Debit),
+                amount: "1.00".into(),
+            },
+            LegRequest {
+                account: "equity:w".into(),
+                direction: Some(Direction::Credit),
+                amount: "1.00".into(),
+            },
+        ],
+        effective_at: None,
+        memo: String::new(),
+        metadata: Metadata::new(),
+    };
+    let codes = vec!["acct:a".to_owned(), "equity:w".to_owned()];
+    let pool = ledger::storage::pool(&url, 1).unwrap();
+    let accounts: HashMap<_, _> =
+        ledger::storage::accounts::get_many(&pool.get().await.unwrap(), &codes)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|a| (a.code.clone(), a))
+            .collect();
+    let fingerprint = request.validate(&accounts).unwrap().fingerprint;
+    db.execute(
+        "WITH k AS (
+           INSERT INTO idempotency_keys (caller, idempotency_key, operation, fingerprint, decided_at)
+           VALUES ($2, 'rejected', 'post', $1, now()), ($2, 'old', 'post', $1, now()) RETURNING 1),
+         r AS (INSERT INTO rejections VALUES ($2, 'rejected', 'INSUFFICIENT_FUNDS', 'test') RETURNING 1),
+         p AS (
+           INSERT INTO postings (sequence, posting_id, caller, idempotency_key, effective_at, recorded_at, memo, metadata)
+           VALUES (1, gen_random_uuid(), $2, 'old', now(), now(), '', '{}') RETURNING *),
+         e AS (
+           INSERT INTO entries (sequence, leg_index, account_id, direction, amount, account_version,
+                                debits_after, credits_after, recorded_at, effective_at)
+           SELECT 1, l.i, a.account_id, l.d, 1.00, 1, l.da, l.ca, p.recorded_at, p.effective_at
+           FROM p, (VALUES (0, 'acct:a', 'D'::\"char\", 1.00, 0.00), (1, 'equity:w', 'C'::\"char\", 0.00, 1.00))
+                AS l(i, code, d, da, ca)
+           JOIN accounts a USING (code) RETURNING 1),
+         o AS (INSERT INTO outbox SELECT sequence, posting_id, recorded_at FROM p RETURNING 1),
+         s AS (UPDATE ledger_state SET last_sequence = 1, last_recorded_at = (SELECT recorded_at FROM p) RETURNING 1)
+         UPDATE account_totals t SET debits = CASE WHEN a.code = 'acct:a' THEN 1.00 ELSE 0 END,
+                credits = CASE WHEN a.code = 'acct:a' THEN 0 ELSE 1.00 END, version = 1, last_sequence = 1
+         FROM accounts a WHERE a.account_id = t.account_id",
+        &[&fingerprint.as_slice(), &ledger::grpc::ANONYMOUS],
+    )
+    .await
+    .unwrap();
+    let old_id: uuid::Uuid = db
+        .query_one("SELECT posting_id FROM postings", &[])
+        .await
+        .unwrap()
+        .get(0);
+
+    // Upgrade: the posting is numbered by its own key, and the ledger still checks clean.
+    ledger::storage::migrate(&url).await.unwrap();
+    let linked: i64 = db
+        .query_one(
+            "SELECT count(*) FROM postings p JOIN idempotency_keys k
+               ON k.key_id = p.key_id AND k.caller = p.caller AND k.idempotency_key = p.idempotency_key",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(linked, 1);
+    let findings = ledger::storage::check::run(&mut db).await.unwrap();
+    let broken: Vec<_> = findings.iter().filter(|f| f.violations > 0).collect();
+    assert!(broken.is_empty(), "{broken:?}");
+
+    // The service answers the old key from its posting, and numbers a new key anew.
+    let mut t = TestLedger::on_database(url).await;
+    let again = t
+        .post(transfer("old", "equity:w", "acct:a", "1.00"))
+        .await
+        .unwrap();
+    assert!(again.replayed);
+    let p = again.posting.unwrap();
+    assert_eq!((p.sequence, p.posting_id), (1, old_id.to_string()));
+    let new = t
+        .post(transfer("new", "equity:w", "acct:a", "2.00"))
+        .await
+        .unwrap();
+    assert!(!new.replayed);
+    assert_eq!(new.posting.unwrap().sequence, 2);
+    let keys: i64 = db
+        .query_one(
+            "SELECT count(DISTINCT key_id) FROM postings WHERE idempotency_key IN ('old', 'new')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(keys, 2);
+    let findings = ledger::storage::check::run(&mut db).await.unwrap();
+    let broken: Vec<_> = findings.iter().filter(|f| f.violations > 0).collect();
+    assert!(broken.is_empty(), "{broken:?}");
+}
