@@ -5,11 +5,13 @@
 //! write postings, legs, rejections, outbox rows and totals with one statement per table,
 //! and commit once. Nothing is answered before the commit.
 //!
-//! Plans: every statement here is planned for each execution, for the tables as they are
-//! then (the pool's connections run with `plan_cache_mode=force_custom_plan`, see
-//! [`super::pool_as`]). A generic plan cached while a table was small keeps its sequential scan
-//! after the table has grown: measured, the claim's cached plan scanned all 99,171 keys on every
-//! batch, and throughput fell from 10,000 to 4,300 postings/s within 20 s of a fresh start.
+//! Plans: every statement here that reads a growing table is planned for each execution, for
+//! the tables as they are then (the pool's connections run with
+//! `plan_cache_mode=force_custom_plan`, see [`super::pool_as`]). A generic plan cached while a
+//! table was small keeps its sequential scan after the table has grown: measured, the claim's
+//! cached plan (when it still read earlier decisions) scanned all 99,171 keys on every batch,
+//! and throughput fell from 10,000 to 4,300 postings/s within 20 s of a fresh start. The
+//! statements that read no growing table run on generic plans (see `GENERIC_PLANS`).
 //! The statements are shaped so that planning stays cheap: arrays are joined through `unnest`
 //! (not `= ANY` over a long array, whose selectivity the planner estimates element by element),
 //! and the lookup of keys decided earlier runs only for the keys the claim did not take.
