@@ -155,14 +155,16 @@ const BEGIN_SQL: &str = "BEGIN; SET LOCAL idle_in_transaction_session_timeout = 
 /// key checks; the one-row `ledger_state`) run on a plan made once per connection, as nothing
 /// in it can go stale. Each statement that reads a growing table (totals, accounts, earlier
 /// decisions, the totals update, and the postings insert, whose void foreign key reads
-/// `postings`) runs after [`CUSTOM_PLANS`], planned for the tables as they are. Measured at `ledger bench --rate 1000`: planning the
-/// claim and the inserts on every batch cost about 0.3 ms of a 1.9 ms batch.
+/// `postings`) runs after [`CUSTOM_PLANS`], planned for the tables as they are. Measured at
+/// `ledger bench --rate 1000`: planning the claim and the inserts on every batch cost about
+/// 0.3 ms of a 1.9 ms batch.
 const GENERIC_PLANS: &str = "SET LOCAL plan_cache_mode = force_generic_plan";
 /// Back to the connection's default: a plan for each execution (see [`super::pool_as`]).
 const CUSTOM_PLANS: &str = "SET LOCAL plan_cache_mode = force_custom_plan";
 
 /// Claims the batch's keys: returns the position (1-based) and the key number of every key this
-/// insert claimed (a posting names its key by that number), inserting in (caller, key) order (a canonical order, so concurrent claims cannot deadlock).
+/// insert claimed (a posting names its key by that number), inserting in (caller, key) order
+/// (a canonical order, so concurrent claims cannot deadlock).
 /// A key it did not claim was decided earlier; [`DECIDED_SQL`] reads that decision.
 const CLAIM_SQL: &str = "WITH u AS (
         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[]) WITH ORDINALITY AS u(c, k, o, f, n)),
