@@ -24,6 +24,18 @@ async fn empty_database() -> String {
     cluster.connection_string(&name)
 }
 
+/// The one number a counting query returns.
+async fn count(db: &tokio_postgres::Client, sql: &str) -> i64 {
+    db.query_one(sql, &[]).await.unwrap().get(0)
+}
+
+/// `ledger check` finds nothing wrong.
+async fn assert_checks_clean(db: &mut tokio_postgres::Client) {
+    let findings = ledger::storage::check::run(db).await.unwrap();
+    let broken: Vec<_> = findings.iter().filter(|f| f.violations > 0).collect();
+    assert!(broken.is_empty(), "{broken:?}");
+}
+
 #[tokio::test]
 async fn postings_recorded_before_0008_are_numbered_by_their_own_keys_and_still_replay() {
     let url = empty_database().await;
@@ -122,19 +134,14 @@ async fn postings_recorded_before_0008_are_numbered_by_their_own_keys_and_still_
 
     // Upgrade: the posting is numbered by its own key, and the ledger still checks clean.
     ledger::storage::migrate(&url).await.unwrap();
-    let linked: i64 = db
-        .query_one(
-            "SELECT count(*) FROM postings p JOIN idempotency_keys k
-               ON k.key_id = p.key_id AND k.caller = p.caller AND k.idempotency_key = p.idempotency_key",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let linked = count(
+        &db,
+        "SELECT count(*) FROM postings p JOIN idempotency_keys k
+           ON k.key_id = p.key_id AND k.caller = p.caller AND k.idempotency_key = p.idempotency_key",
+    )
+    .await;
     assert_eq!(linked, 1);
-    let findings = ledger::storage::check::run(&mut db).await.unwrap();
-    let broken: Vec<_> = findings.iter().filter(|f| f.violations > 0).collect();
-    assert!(broken.is_empty(), "{broken:?}");
+    assert_checks_clean(&mut db).await;
 
     // The service answers the old key from its posting, and numbers a new key anew.
     let mut t = TestLedger::on_database(url).await;
@@ -151,16 +158,11 @@ async fn postings_recorded_before_0008_are_numbered_by_their_own_keys_and_still_
         .unwrap();
     assert!(!new.replayed);
     assert_eq!(new.posting.unwrap().sequence, 2);
-    let keys: i64 = db
-        .query_one(
-            "SELECT count(DISTINCT key_id) FROM postings WHERE idempotency_key IN ('old', 'new')",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let keys = count(
+        &db,
+        "SELECT count(DISTINCT key_id) FROM postings WHERE idempotency_key IN ('old', 'new')",
+    )
+    .await;
     assert_eq!(keys, 2);
-    let findings = ledger::storage::check::run(&mut db).await.unwrap();
-    let broken: Vec<_> = findings.iter().filter(|f| f.violations > 0).collect();
-    assert!(broken.is_empty(), "{broken:?}");
+    assert_checks_clean(&mut db).await;
 }
