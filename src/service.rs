@@ -48,6 +48,17 @@ pub fn page_size(requested: u32) -> Result<i64, LedgerError> {
     }
 }
 
+/// Cuts a page read with one row more than `limit` back to `limit` rows, and returns the next
+/// page's token made from its last row, or an empty token when this page is the last.
+fn cut_page<T>(page: &mut Vec<T>, limit: i64, token: impl FnOnce(&T) -> String) -> String {
+    if page.len() as i64 > limit {
+        page.truncate(limit as usize);
+        token(page.last().expect("a page of at least one row"))
+    } else {
+        String::new()
+    }
+}
+
 fn nanos(t: OffsetDateTime) -> i128 {
     t.unix_timestamp_nanos()
 }
@@ -187,17 +198,9 @@ impl Ledger {
         let mut page = storage::accounts::list(&client, prefix, after.as_deref(), limit + 1)
             .await
             .map_err(unavailable)?;
-        let next = if page.len() as i64 > limit {
-            page.truncate(limit as usize);
-            page_token::encode(
-                &self.page_key,
-                &scope,
-                &[],
-                &page.last().expect("page").code,
-            )
-        } else {
-            String::new()
-        };
+        let next = cut_page(&mut page, limit, |last| {
+            page_token::encode(&self.page_key, &scope, &[], &last.code)
+        });
         Ok((page, next))
     }
 
@@ -292,13 +295,9 @@ impl Ledger {
         let mut page = storage::read::list_postings(&client, account_id, after, limit + 1)
             .await
             .map_err(unavailable)?;
-        let next = if page.len() as i64 > limit {
-            page.truncate(limit as usize);
-            let last = page.last().expect("page").sequence;
-            page_token::encode(&self.page_key, &scope, &[i128::from(last)], "")
-        } else {
-            String::new()
-        };
+        let next = cut_page(&mut page, limit, |last| {
+            page_token::encode(&self.page_key, &scope, &[i128::from(last.sequence)], "")
+        });
         Ok((page, next))
     }
 
@@ -373,17 +372,14 @@ impl Ledger {
         )
         .await
         .map_err(unavailable)?;
-        let next = if page.len() as i64 > limit {
-            page.truncate(limit as usize);
+        let next = cut_page(&mut page, limit, |last| {
             page_token::encode(
                 &self.page_key,
                 &scope,
                 &Self::applied_to_token(&at),
-                &page.last().expect("page").code,
+                &last.code,
             )
-        } else {
-            String::new()
-        };
+        });
         let balances = storage::read::balances(&client, &page, &at)
             .await
             .map_err(unavailable)?;
