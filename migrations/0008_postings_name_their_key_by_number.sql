@@ -19,6 +19,16 @@ UPDATE postings p SET key_id = k.key_id
   FROM idempotency_keys k
   WHERE k.caller = p.caller AND k.idempotency_key = p.idempotency_key;
 ALTER TABLE postings ENABLE TRIGGER postings_append_only;
+-- A posting without a claimed key breaks an invariant `ledger check` reports; the upgrade
+-- refuses it by name rather than number such a ledger.
+DO $$
+DECLARE n bigint;
+BEGIN
+  SELECT count(*) INTO n FROM postings WHERE key_id IS NULL;
+  IF n > 0 THEN
+    RAISE EXCEPTION 'ledger: % posting(s) have no claimed idempotency key; run `ledger check` before upgrading', n;
+  END IF;
+END $$;
 ALTER TABLE postings ALTER COLUMN key_id SET NOT NULL;
 ALTER TABLE postings ADD CONSTRAINT postings_key_id_unique UNIQUE (key_id);
 ALTER TABLE postings DROP CONSTRAINT postings_caller_idempotency_key_key;

@@ -36,14 +36,13 @@ async fn assert_checks_clean(db: &mut tokio_postgres::Client) {
     assert!(broken.is_empty(), "{broken:?}");
 }
 
-#[tokio::test]
-async fn postings_recorded_before_0008_are_numbered_by_their_own_keys_and_still_replay() {
+/// A database migrated up to, not including, 0008; its URL and a connection to it.
+async fn database_before_0008() -> (String, tokio_postgres::Client) {
     let url = empty_database().await;
     let (mut db, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
         .await
         .unwrap();
     tokio::spawn(conn);
-    // The schema as it was before 0008.
     let before: Vec<_> = MIGRATIONS
         .iter()
         .take_while(|(v, _)| !v.starts_with("0008"))
@@ -66,6 +65,12 @@ async fn postings_recorded_before_0008_are_numbered_by_their_own_keys_and_still_
         .unwrap();
         tx.commit().await.unwrap();
     }
+    (url, db)
+}
+
+#[tokio::test]
+async fn postings_recorded_before_0008_are_numbered_by_their_own_keys_and_still_replay() {
+    let (url, mut db) = database_before_0008().await;
     // A journal written under it: two accounts, one posting (key "old"), one rejected key.
     db.batch_execute(
         "INSERT INTO accounts (code, currency, scale, normal_balance, allow_negative, metadata) VALUES
@@ -165,4 +170,37 @@ async fn postings_recorded_before_0008_are_numbered_by_their_own_keys_and_still_
     .await;
     assert_eq!(keys, 2);
     assert_checks_clean(&mut db).await;
+}
+
+#[tokio::test]
+async fn the_upgrade_to_0008_refuses_a_posting_without_a_claimed_key_and_changes_nothing() {
+    let (url, db) = database_before_0008().await;
+    db.batch_execute(
+        "INSERT INTO postings (sequence, posting_id, caller, idempotency_key, effective_at, recorded_at, memo, metadata)
+         VALUES (1, gen_random_uuid(), 'test', 'never-claimed', now(), now(), '', '{}')",
+    )
+    .await
+    .unwrap();
+    let err = ledger::storage::migrate(&url)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("1 posting(s) have no claimed idempotency key"),
+        "{err}"
+    );
+    // The failed migration's transaction left nothing behind.
+    let applied = count(
+        &db,
+        "SELECT count(*) FROM schema_migrations WHERE version LIKE '0008%'",
+    )
+    .await;
+    assert_eq!(applied, 0);
+    let column = count(
+        &db,
+        "SELECT count(*) FROM information_schema.columns
+         WHERE table_name IN ('postings', 'idempotency_keys') AND column_name = 'key_id'",
+    )
+    .await;
+    assert_eq!(column, 0);
 }
