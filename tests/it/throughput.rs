@@ -496,14 +496,16 @@ async fn two_servers_on_one_database_keep_the_sequence_gapless_and_balances_exac
     assert_eq!(mismatched, 0, "account totals equal the sums of their legs");
 }
 
-/// Runs `ledger bench` against the test server with `args` after `--target`; returns its JSON
-/// summary (the last line of its output), after asserting the fields the contract names.
-async fn run_bench(t: &TestLedger, args: &[&str]) -> serde_json::Value {
+/// Runs `ledger bench` against the test server with `args` (space-separated) after `--target`;
+/// asserts the summary's fields and that the journal grew by exactly the postings it reports
+/// (with the funding postings of its setup); returns the summary (its last line of output).
+async fn run_bench(t: &TestLedger, args: &str) -> serde_json::Value {
+    let before = t.count("postings").await;
     let addr = t.server.as_ref().unwrap().local_addr;
     let target = format!("http://{addr}");
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_ledger"))
         .args(["bench", "--target", &target])
-        .args(args)
+        .args(args.split_whitespace())
         .env("LEDGER_LOG", "warn")
         .output()
         .await
@@ -526,69 +528,41 @@ async fn run_bench(t: &TestLedger, args: &[&str]) -> serde_json::Value {
         assert!(summary.get(field).is_some(), "{field} missing in {last}");
     }
     assert_eq!(summary["errors"].as_i64(), Some(0), "{last}\n{stderr}");
+    let postings = summary["postings"].as_i64().unwrap();
+    let setup = summary["setup_postings"].as_i64().unwrap();
+    assert_eq!(
+        t.count("postings").await,
+        before + setup + postings,
+        "the journal grew by the postings reported (and the funding postings of the setup)"
+    );
     summary
 }
 
 #[tokio::test]
 async fn bench_smoke_run_reports_exactly_what_it_wrote() {
     let t = TestLedger::start().await;
-    let before = t.count("postings").await;
     let summary = run_bench(
         &t,
-        &[
-            "--duration",
-            "2",
-            "--concurrency",
-            "8",
-            "--accounts",
-            "20",
-            "--hot-account",
-            "--legs",
-            "3",
-            "--duplicates",
-            "0.1",
-        ],
+        "--duration 2 --concurrency 8 --accounts 20 --hot-account --legs 3 --duplicates 0.1",
     )
     .await;
-    let postings = summary["postings"].as_i64().unwrap();
-    let setup = summary["setup_postings"].as_i64().unwrap();
-    assert!(postings > 0, "{summary}");
-    assert_eq!(
-        t.count("postings").await,
-        before + setup + postings,
-        "the journal grew by the postings reported (and the funding postings of the setup)"
-    );
+    assert!(summary["postings"].as_i64().unwrap() > 0, "{summary}");
 }
 
 #[tokio::test]
 async fn bench_open_loop_offers_rate_times_duration_requests_and_reports_what_it_wrote() {
     let t = TestLedger::start().await;
-    let before = t.count("postings").await;
-    let summary = run_bench(
-        &t,
-        &[
-            "--duration",
-            "2",
-            "--rate",
-            "150",
-            "--concurrency",
-            "64",
-            "--accounts",
-            "10",
-        ],
-    )
-    .await;
+    let summary = run_bench(&t, "--duration 2 --rate 150 --concurrency 64 --accounts 10").await;
     // Requests are due at i / rate for every i with a due time inside the run: exactly 300.
     assert_eq!(summary["requests"].as_i64(), Some(300), "{summary}");
-    let postings = summary["postings"].as_i64().unwrap();
-    let answered =
-        postings + summary["replays"].as_i64().unwrap() + summary["rejected"].as_i64().unwrap();
+    let answered = ["postings", "replays", "rejected"]
+        .iter()
+        .map(|f| summary[f].as_i64().unwrap())
+        .sum::<i64>();
     assert_eq!(
         answered, 300,
         "every offered request was answered: {summary}"
     );
-    let setup = summary["setup_postings"].as_i64().unwrap();
-    assert_eq!(t.count("postings").await, before + setup + postings);
 }
 
 #[tokio::test]
