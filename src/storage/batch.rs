@@ -319,27 +319,30 @@ async fn apply_in_transaction(
         claim_rows.len() <= firsts.len(),
         "at most one claim row per key"
     );
-    let mut claimed = vec![false; firsts.len()];
-    // The number of each key this batch claimed, by request index.
-    let mut key_ids: HashMap<usize, i64> = HashMap::new();
+    // The number of each key this batch claimed (None: decided earlier), in key order.
+    let mut claimed: Vec<Option<i64>> = vec![None; firsts.len()];
     for row in &claim_rows {
         let n: i64 = row.get("n");
         assert!(
             n >= 1 && n as usize <= firsts.len(),
             "claim row {n} names a key of the batch"
         );
-        assert!(!claimed[n as usize - 1], "key {n} claimed twice");
-        claimed[n as usize - 1] = true;
-        key_ids.insert(firsts[n as usize - 1], row.get("key_id"));
+        let slot = &mut claimed[n as usize - 1];
+        assert!(slot.is_none(), "key {n} claimed twice");
+        *slot = Some(row.get("key_id"));
     }
     let mut decisions: HashMap<(&str, &str), Decision> = HashMap::new();
-    let new_idx: Vec<usize> = (0..firsts.len())
-        .filter(|&n| claimed[n])
-        .map(|n| firsts[n])
+    // The requests that claimed their key, with its number.
+    let new_idx: Vec<(usize, i64)> = firsts
+        .iter()
+        .zip(&claimed)
+        .filter_map(|(&i, key_id)| key_id.map(|k| (i, k)))
         .collect();
-    let unclaimed: Vec<usize> = (0..firsts.len())
-        .filter(|&n| !claimed[n])
-        .map(|n| firsts[n])
+    let unclaimed: Vec<usize> = firsts
+        .iter()
+        .zip(&claimed)
+        .filter(|(_, key_id)| key_id.is_none())
+        .map(|(&i, _)| i)
         .collect();
 
     // Keys decided earlier: their stored decision (one more round trip, only when there are any).
@@ -404,7 +407,7 @@ async fn apply_in_transaction(
     // New voids: load their targets.
     let target_ids: Vec<Uuid> = new_idx
         .iter()
-        .filter_map(|&i| match &requests[i].command {
+        .filter_map(|&(i, _)| match &requests[i].command {
             Command::Void(v) => Some(v.target),
             Command::Post(_) => None,
         })
@@ -473,7 +476,7 @@ async fn apply_in_transaction(
     let mut rows = Rows::default();
     let mut voided_now: HashMap<Uuid, Uuid> = HashMap::new();
     let mut next_sequence = last_sequence;
-    for &i in &new_idx {
+    for &(i, key_id) in &new_idx {
         let req = &requests[i];
         let proposal: Result<(Vec<Leg>, NewPosting), LedgerError> = match &req.command {
             Command::Post(p) => Ok((
@@ -551,7 +554,7 @@ async fn apply_in_transaction(
                 recorded_at,
                 &req.caller,
                 req.command.key(),
-                key_ids[&i],
+                key_id,
                 &legs,
                 &effects,
                 new,
