@@ -180,3 +180,19 @@ pub async fn connect(database_url: &str) -> Result<tokio_postgres::Client, Stora
     });
     Ok(client)
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_lock_holder_script_samples_the_ledgers_write_lock() {
+        // pg_locks shows a bigint advisory key as its high and low 32 bits.
+        let classid = (super::LEDGER_WRITE_LOCK >> 32) as u32;
+        let objid = (super::LEDGER_WRITE_LOCK & 0xffff_ffff) as u32;
+        let script = include_str!("../../bench/lock-holder.sql");
+        let filter = format!("l.classid = {classid} AND l.objid = {objid} AND l.objsubid = 1");
+        assert!(
+            script.contains(&filter),
+            "bench/lock-holder.sql must filter on {filter}"
+        );
+    }
+}
