@@ -173,8 +173,6 @@ async fn journal_counts(t: &TestLedger) -> Vec<i64> {
     counts
 }
 
-/// Rows that sequential scans read from each journal table (the tables that grow with every
-/// request), as this connection's backend counts them (its pending counters are flushed first).
 /// The tables that grow with use: the journal's, and the accounts with their totals.
 fn growing_tables() -> Vec<&'static str> {
     let mut tables = JOURNAL_TABLES.to_vec();
@@ -182,6 +180,8 @@ fn growing_tables() -> Vec<&'static str> {
     tables
 }
 
+/// Rows that sequential scans read from each growing table (see [`growing_tables`]), as this
+/// connection's backend counts them (its pending counters are flushed first).
 async fn rows_scanned(db: &deadpool_postgres::Client) -> HashMap<String, i64> {
     let tables = growing_tables();
     db.batch_execute("SELECT pg_stat_force_next_flush()")
