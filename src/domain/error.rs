@@ -1,33 +1,58 @@
 //! Every way a ledger request can fail, with the reason the contract names.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
-/// The `google.rpc.ErrorInfo` reasons of the contract (and two documented additions for
-/// malformed enum and timestamp fields, which the contract's list does not cover).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Reason {
-    IdempotencyKeyRequired,
-    Unbalanced,
-    InvalidAmount,
-    AmountScale,
-    InvalidAccountCode,
-    InvalidCurrency,
-    CurrencyMismatch,
-    TooFewLegs,
-    LimitExceeded,
-    AsOfInFuture,
-    InvalidPageToken,
-    InvalidField,
-    AccountNotFound,
-    PostingNotFound,
-    IdempotencyKeyReused,
-    InsufficientFunds,
-    AlreadyVoided,
-    VoidOfVoid,
-    AccountConflict,
-    StorageUnavailable,
-    Unauthenticated,
-    PermissionDenied,
+/// Declares [`Reason`] and [`ALL_REASONS`] from one list, so no reason can be missing from
+/// the list that stored rejections are parsed with.
+macro_rules! reasons {
+    ($($variant:ident => $name:literal,)+) => {
+        /// The `google.rpc.ErrorInfo` reasons of the contract (and the documented addition
+        /// `INVALID_FIELD` for malformed enum, timestamp and text fields).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum Reason {
+            $($variant,)+
+        }
+
+        /// Every reason, for lookups and exhaustive tests.
+        pub const ALL_REASONS: &[Reason] = &[$(Reason::$variant,)+];
+
+        impl Reason {
+            /// The reason string of the contract.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Reason::$variant => $name,)+
+                }
+            }
+        }
+    };
+}
+
+reasons! {
+    IdempotencyKeyRequired => "IDEMPOTENCY_KEY_REQUIRED",
+    Unbalanced => "UNBALANCED",
+    InvalidAmount => "INVALID_AMOUNT",
+    AmountScale => "AMOUNT_SCALE",
+    InvalidAccountCode => "INVALID_ACCOUNT_CODE",
+    InvalidCurrency => "INVALID_CURRENCY",
+    CurrencyMismatch => "CURRENCY_MISMATCH",
+    TooFewLegs => "TOO_FEW_LEGS",
+    LimitExceeded => "LIMIT_EXCEEDED",
+    AsOfInFuture => "AS_OF_IN_FUTURE",
+    InvalidPageToken => "INVALID_PAGE_TOKEN",
+    InvalidField => "INVALID_FIELD",
+    AccountNotFound => "ACCOUNT_NOT_FOUND",
+    PostingNotFound => "POSTING_NOT_FOUND",
+    IdempotencyKeyReused => "IDEMPOTENCY_KEY_REUSED",
+    InsufficientFunds => "INSUFFICIENT_FUNDS",
+    AlreadyVoided => "ALREADY_VOIDED",
+    VoidOfVoid => "VOID_OF_VOID",
+    AccountConflict => "ACCOUNT_CONFLICT",
+    StorageUnavailable => "STORAGE_UNAVAILABLE",
+    Unauthenticated => "UNAUTHENTICATED",
+    PermissionDenied => "PERMISSION_DENIED",
+    DeadlineExceeded => "DEADLINE_EXCEEDED",
+    JournalCorrupt => "JOURNAL_CORRUPT",
 }
 
 /// The class of an error, which the gRPC adapter maps to a status code.
@@ -39,37 +64,11 @@ pub enum Class {
     Unavailable,
     Unauthenticated,
     PermissionDenied,
+    DeadlineExceeded,
+    DataLoss,
 }
 
 impl Reason {
-    /// The reason string of the contract.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::IdempotencyKeyRequired => "IDEMPOTENCY_KEY_REQUIRED",
-            Reason::Unbalanced => "UNBALANCED",
-            Reason::InvalidAmount => "INVALID_AMOUNT",
-            Reason::AmountScale => "AMOUNT_SCALE",
-            Reason::InvalidAccountCode => "INVALID_ACCOUNT_CODE",
-            Reason::InvalidCurrency => "INVALID_CURRENCY",
-            Reason::CurrencyMismatch => "CURRENCY_MISMATCH",
-            Reason::TooFewLegs => "TOO_FEW_LEGS",
-            Reason::LimitExceeded => "LIMIT_EXCEEDED",
-            Reason::AsOfInFuture => "AS_OF_IN_FUTURE",
-            Reason::InvalidPageToken => "INVALID_PAGE_TOKEN",
-            Reason::InvalidField => "INVALID_FIELD",
-            Reason::AccountNotFound => "ACCOUNT_NOT_FOUND",
-            Reason::PostingNotFound => "POSTING_NOT_FOUND",
-            Reason::IdempotencyKeyReused => "IDEMPOTENCY_KEY_REUSED",
-            Reason::InsufficientFunds => "INSUFFICIENT_FUNDS",
-            Reason::AlreadyVoided => "ALREADY_VOIDED",
-            Reason::VoidOfVoid => "VOID_OF_VOID",
-            Reason::AccountConflict => "ACCOUNT_CONFLICT",
-            Reason::StorageUnavailable => "STORAGE_UNAVAILABLE",
-            Reason::Unauthenticated => "UNAUTHENTICATED",
-            Reason::PermissionDenied => "PERMISSION_DENIED",
-        }
-    }
-
     /// Parses a stored reason (state-dependent rejections are stored by this name).
     pub fn from_str_exact(s: &str) -> Option<Reason> {
         ALL_REASONS.iter().copied().find(|r| r.as_str() == s)
@@ -99,41 +98,20 @@ impl Reason {
             Reason::StorageUnavailable => Class::Unavailable,
             Reason::Unauthenticated => Class::Unauthenticated,
             Reason::PermissionDenied => Class::PermissionDenied,
+            Reason::DeadlineExceeded => Class::DeadlineExceeded,
+            Reason::JournalCorrupt => Class::DataLoss,
         }
     }
 }
 
-/// Every reason, for lookups and exhaustive tests.
-pub const ALL_REASONS: [Reason; 22] = [
-    Reason::IdempotencyKeyRequired,
-    Reason::Unbalanced,
-    Reason::InvalidAmount,
-    Reason::AmountScale,
-    Reason::InvalidAccountCode,
-    Reason::InvalidCurrency,
-    Reason::CurrencyMismatch,
-    Reason::TooFewLegs,
-    Reason::LimitExceeded,
-    Reason::AsOfInFuture,
-    Reason::InvalidPageToken,
-    Reason::InvalidField,
-    Reason::AccountNotFound,
-    Reason::PostingNotFound,
-    Reason::IdempotencyKeyReused,
-    Reason::InsufficientFunds,
-    Reason::AlreadyVoided,
-    Reason::VoidOfVoid,
-    Reason::AccountConflict,
-    Reason::StorageUnavailable,
-    Reason::Unauthenticated,
-    Reason::PermissionDenied,
-];
-
-/// A failed request: a reason and a message a person can act on (with the offending value).
+/// A failed request: a reason, a message a person can act on (with the offending value), and
+/// the same facts for programs (`ErrorInfo.metadata`: `account`, `limit`, `field`,
+/// `idempotency_key`, `posting_id`, `sequence`, as applicable).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LedgerError {
     pub reason: Reason,
     pub message: String,
+    pub metadata: BTreeMap<String, String>,
 }
 
 impl LedgerError {
@@ -141,7 +119,31 @@ impl LedgerError {
         LedgerError {
             reason,
             message: message.into(),
+            metadata: BTreeMap::new(),
         }
+    }
+
+    /// The same error with one more machine-readable fact.
+    pub fn with(mut self, key: &str, value: impl fmt::Display) -> LedgerError {
+        self.metadata.insert(key.to_owned(), value.to_string());
+        self
+    }
+
+    /// The caller's deadline passed before the answer: the outcome of a write is unknown.
+    pub fn deadline_exceeded(deadline: impl fmt::Display) -> LedgerError {
+        LedgerError::new(
+            Reason::DeadlineExceeded,
+            format!("the call's deadline ({deadline}) passed before the ledger answered; the outcome of a write is unknown: retry with the same idempotency key"),
+        )
+    }
+
+    /// A journal row breaks an invariant: someone wrote the database behind the ledger's back.
+    pub fn journal_corrupt(sequence: i64, detail: impl fmt::Display) -> LedgerError {
+        LedgerError::new(
+            Reason::JournalCorrupt,
+            format!("journal row of sequence {sequence} breaks an invariant ({detail}); the journal was changed behind the ledger's back: run `ledger check`"),
+        )
+        .with("sequence", sequence)
     }
 
     /// A storage failure: the outcome may be unknown, so the caller retries with its key.
@@ -163,6 +165,7 @@ impl LedgerError {
             Reason::LimitExceeded,
             format!("{what} is {got}, over the limit of {limit} ({limit_name})"),
         )
+        .with("limit", limit_name)
     }
 
     /// Whether a decided rejection binds the idempotency key (state-dependent rejections do,
@@ -192,9 +195,17 @@ mod tests {
 
     #[test]
     fn every_reason_round_trips_through_its_stored_name() {
-        for r in ALL_REASONS {
+        for &r in ALL_REASONS {
             assert_eq!(Reason::from_str_exact(r.as_str()), Some(r));
         }
         assert_eq!(Reason::from_str_exact("NOPE"), None);
+    }
+
+    #[test]
+    fn the_reason_list_holds_every_reason_once() {
+        let mut names: Vec<&str> = ALL_REASONS.iter().map(|r| r.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), ALL_REASONS.len(), "reason names are distinct");
     }
 }

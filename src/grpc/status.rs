@@ -18,6 +18,8 @@ pub fn code(class: Class) -> Code {
         Class::Unavailable => Code::Unavailable,
         Class::Unauthenticated => Code::Unauthenticated,
         Class::PermissionDenied => Code::PermissionDenied,
+        Class::DeadlineExceeded => Code::DeadlineExceeded,
+        Class::DataLoss => Code::DataLoss,
     }
 }
 
@@ -26,7 +28,9 @@ pub fn to_status(e: LedgerError) -> Status {
     let details = ErrorDetails::with_error_info(
         e.reason.as_str(),
         ERROR_DOMAIN,
-        std::collections::HashMap::<String, String>::new(),
+        e.metadata
+            .into_iter()
+            .collect::<std::collections::HashMap<String, String>>(),
     );
     Status::with_error_details(code(e.reason.class()), e.message, details)
 }
@@ -38,11 +42,12 @@ mod tests {
 
     #[test]
     fn every_reason_maps_to_its_code_with_error_info() {
-        for r in ALL_REASONS {
-            let s = to_status(LedgerError::new(r, "msg"));
+        for &r in ALL_REASONS {
+            let s = to_status(LedgerError::new(r, "msg").with("field", "memo"));
             let info = s.get_details_error_info().expect("error info");
             assert_eq!(info.reason, r.as_str());
             assert_eq!(info.domain, "ledger");
+            assert_eq!(info.metadata.get("field").map(String::as_str), Some("memo"));
             assert_eq!(s.message(), "msg");
             assert_ne!(s.code(), Code::Internal);
             assert_ne!(s.code(), Code::Unknown);
