@@ -27,6 +27,9 @@ pub const BATCHES: &str = "ledger_write_batches_total";
 pub const OUTBOX_BACKLOG: &str = "ledger_outbox_backlog";
 /// Age of the oldest event waiting in the outbox (gauge, seconds; 0 when empty).
 pub const OUTBOX_OLDEST_AGE: &str = "ledger_outbox_oldest_event_age_seconds";
+/// Journal rows found breaking an invariant by a read or a write batch (counter; anything
+/// above 0 means someone wrote the database behind the ledger's back: run `ledger check`).
+pub const JOURNAL_CORRUPT: &str = "ledger_journal_corrupt_rows_total";
 /// Database pool connections (gauges).
 pub const POOL_MAX: &str = "ledger_db_pool_max_connections";
 pub const POOL_OPEN: &str = "ledger_db_pool_open_connections";
@@ -117,6 +120,11 @@ pub fn code_name(code: Code) -> &'static str {
 pub fn request(method: &'static str, code: Code, elapsed: Duration) {
     metrics::counter!(REQUESTS, "method" => method, "code" => code_name(code)).increment(1);
     metrics::histogram!(REQUEST_SECONDS, "method" => method).record(elapsed.as_secs_f64());
+}
+
+/// Records one corrupt journal row met by a request.
+pub fn journal_corrupt() {
+    metrics::counter!(JOURNAL_CORRUPT).increment(1);
 }
 
 /// The writer's hook: batch sizes and results.

@@ -30,8 +30,10 @@ pub struct Ledger {
     page_key: Vec<u8>,
 }
 
+/// A storage failure as the caller's answer: `JOURNAL_CORRUPT` for a row that breaks an
+/// invariant (only this request fails), `UNAVAILABLE` otherwise.
 fn unavailable(e: StorageError) -> LedgerError {
-    LedgerError::unavailable(e)
+    e.into_ledger_error()
 }
 
 /// A page size as requested (0: the default), checked against the limit.

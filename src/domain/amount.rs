@@ -154,21 +154,17 @@ pub fn parse_minor(text: &str, scale: u8) -> Result<i128, AmountError> {
 }
 
 /// Parses a signed decimal with exactly the digits storage wrote (a `numeric` read as text).
-/// Panics if storage returns something that is not an exact decimal at `scale`: that is a
-/// broken invariant, not bad input.
-pub fn parse_stored(text: &str, scale: u8) -> i128 {
+/// Anything that is not an exact decimal at `scale` is an error: a row written behind the
+/// ledger's back, which the reader reports as a corrupt journal row.
+pub fn parse_stored(text: &str, scale: u8) -> Result<i128, String> {
     let (negative, digits) = match text.strip_prefix('-') {
         Some(rest) => (true, rest),
         None => (false, text),
     };
     // numeric sums may carry fewer decimals than the scale (e.g. "0"), never more.
     let value = parse_stored_unsigned(digits, scale)
-        .unwrap_or_else(|e| panic!("stored amount {text:?} at scale {scale}: {e}"));
-    if negative {
-        -value
-    } else {
-        value
-    }
+        .map_err(|e| format!("stored amount {text:?} at scale {scale}: {e}"))?;
+    Ok(if negative { -value } else { value })
 }
 
 fn parse_stored_unsigned(text: &str, scale: u8) -> Result<i128, AmountError> {
@@ -284,13 +280,18 @@ mod tests {
 
     #[test]
     fn stored_numerics_read_back_exactly() {
-        assert_eq!(parse_stored("0", 2), 0);
-        assert_eq!(parse_stored("12.5", 2), 1250);
-        assert_eq!(parse_stored("-12.50", 2), -1250);
+        assert_eq!(parse_stored("0", 2), Ok(0));
+        assert_eq!(parse_stored("12.5", 2), Ok(1250));
+        assert_eq!(parse_stored("-12.50", 2), Ok(-1250));
         assert_eq!(
             parse_stored("1000000000000000000000000000000000", 2),
-            100_000_000_000_000_000_000_000_000_000_000_000
+            Ok(100_000_000_000_000_000_000_000_000_000_000_000)
         );
+        assert!(
+            parse_stored("1.001", 2).is_err(),
+            "more decimals than the scale"
+        );
+        assert!(parse_stored("x", 2).is_err());
     }
 
     proptest! {
@@ -298,7 +299,7 @@ mod tests {
         fn rendering_then_parsing_gives_back_the_same_minor_units(minor in 1i128..=999_999_999_999_999_999_999_999_999_999, scale in 0u8..=18) {
             let text = format_minor(minor, scale);
             prop_assert_eq!(Amount::parse_positive(&text, scale).map(|a| a.minor()), Ok(minor));
-            prop_assert_eq!(parse_stored(&text, scale), minor);
+            prop_assert_eq!(parse_stored(&text, scale), Ok(minor));
         }
 
         #[test]

@@ -138,12 +138,17 @@ impl LedgerError {
     }
 
     /// A journal row breaks an invariant: someone wrote the database behind the ledger's back.
-    pub fn journal_corrupt(sequence: i64, detail: impl fmt::Display) -> LedgerError {
-        LedgerError::new(
+    /// `row` names it ("posting of sequence 7", "account \"a:b\""); `sequence` is the
+    /// posting's, when the row belongs to one.
+    pub fn journal_corrupt(row: &str, sequence: Option<i64>, detail: &str) -> LedgerError {
+        let e = LedgerError::new(
             Reason::JournalCorrupt,
-            format!("journal row of sequence {sequence} breaks an invariant ({detail}); the journal was changed behind the ledger's back: run `ledger check`"),
-        )
-        .with("sequence", sequence)
+            format!("the journal's {row} breaks an invariant ({detail}): it was written behind the ledger's back; run `ledger check` and restore it from a backup"),
+        );
+        match sequence {
+            Some(s) => e.with("sequence", s),
+            None => e,
+        }
     }
 
     /// A storage failure: the outcome may be unknown, so the caller retries with its key.

@@ -5,8 +5,9 @@ use crate::domain::{Account, Metadata, NewAccount, NormalBalance};
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
-const COLUMNS: &str =
-    "account_id, code, currency, scale, normal_balance, allow_negative, metadata, created_at";
+/// The columns [`account_from_row`] reads, of `accounts` aliased `a` (the one list of them).
+pub(crate) const ACCOUNT_COLUMNS: &str =
+    "a.account_id, a.code, a.currency, a.scale, a.normal_balance, a.allow_negative, a.metadata, a.created_at";
 
 fn normal_to_sql(n: NormalBalance) -> &'static str {
     match n {
@@ -15,29 +16,36 @@ fn normal_to_sql(n: NormalBalance) -> &'static str {
     }
 }
 
-/// Reads an account row; asserts the stored attributes are sound.
-pub(crate) fn account_from_row(row: &Row) -> Account {
-    let normal: &str = row.get("normal_balance");
-    let scale: i16 = row.get("scale");
-    assert!(
-        (0..=18).contains(&scale),
-        "stored scale {scale} out of range"
-    );
-    let metadata: serde_json::Value = row.get("metadata");
-    Account {
+/// Reads an account row. The table's CHECK constraints hold the code, currency, scale and
+/// normal side; what they cannot hold (the metadata's shape) is reported as a corrupt row.
+pub(crate) fn account_from_row(row: &Row) -> Result<Account, StorageError> {
+    let code: String = row.get("code");
+    let normal = match row.get::<_, &str>("normal_balance") {
+        "debit" => NormalBalance::Debit,
+        "credit" => NormalBalance::Credit,
+        other => {
+            return Err(StorageError::corrupt_account(
+                &code,
+                format!("normal_balance {other:?}"),
+            ))
+        }
+    };
+    let scale = u8::try_from(row.get::<_, i16>("scale"))
+        .ok()
+        .filter(|s| u32::from(*s) <= crate::domain::limits::MAX_SCALE)
+        .ok_or_else(|| StorageError::corrupt_account(&code, "scale out of range"))?;
+    let metadata = metadata_from_json(row.get("metadata"))
+        .map_err(|e| StorageError::corrupt_account(&code, e))?;
+    Ok(Account {
         id: row.get("account_id"),
-        code: row.get("code"),
+        code,
         currency: row.get("currency"),
-        scale: scale as u8,
-        normal_balance: match normal {
-            "debit" => NormalBalance::Debit,
-            "credit" => NormalBalance::Credit,
-            other => panic!("stored normal_balance {other:?}"),
-        },
+        scale,
+        normal_balance: normal,
         allow_negative: row.get("allow_negative"),
-        metadata: metadata_from_json(metadata),
+        metadata,
         created_at: row.get("created_at"),
-    }
+    })
 }
 
 /// Metadata as stored (a JSON object of strings).
@@ -50,16 +58,18 @@ pub(crate) fn metadata_to_json(m: &Metadata) -> serde_json::Value {
 }
 
 /// Metadata read back; anything but an object of strings is a broken invariant.
-pub(crate) fn metadata_from_json(v: serde_json::Value) -> Metadata {
+pub(crate) fn metadata_from_json(v: serde_json::Value) -> Result<Metadata, String> {
     match v {
         serde_json::Value::Object(o) => o
             .into_iter()
             .map(|(k, v)| match v {
-                serde_json::Value::String(s) => (k, s),
-                other => panic!("stored metadata value {other} is not a string"),
+                serde_json::Value::String(s) => Ok((k, s)),
+                other => Err(format!(
+                    "metadata value {other} of key {k:?} is not a string"
+                )),
             })
             .collect(),
-        other => panic!("stored metadata {other} is not an object"),
+        other => Err(format!("metadata {other} is not an object")),
     }
 }
 
@@ -81,9 +91,9 @@ pub async fn create(
     let row = tx
         .query_opt(
             &format!(
-                "INSERT INTO accounts (code, currency, scale, normal_balance, allow_negative, metadata)
+                "INSERT INTO accounts AS a (code, currency, scale, normal_balance, allow_negative, metadata)
                  VALUES ($1, $2, $3, $4, $5, $6)
-                 ON CONFLICT (code) DO NOTHING RETURNING {COLUMNS}"
+                 ON CONFLICT (code) DO NOTHING RETURNING {ACCOUNT_COLUMNS}"
             ),
             &[
                 &a.code,
@@ -97,7 +107,7 @@ pub async fn create(
         .await?;
     match row {
         Some(row) => {
-            let account = account_from_row(&row);
+            let account = account_from_row(&row)?;
             tx.execute(
                 "INSERT INTO account_totals (account_id, debits, credits, version, last_sequence)
                  VALUES ($1, 0, 0, 0, 0)",
@@ -121,11 +131,11 @@ pub async fn create(
 pub async fn get(client: &impl GenericClient, code: &str) -> Result<Option<Account>, StorageError> {
     let row = client
         .query_opt(
-            &format!("SELECT {COLUMNS} FROM accounts WHERE code = $1"),
+            &format!("SELECT {ACCOUNT_COLUMNS} FROM accounts a WHERE a.code = $1"),
             &[&code],
         )
         .await?;
-    Ok(row.as_ref().map(account_from_row))
+    row.as_ref().map(account_from_row).transpose()
 }
 
 /// The accounts among `codes` that exist.
@@ -135,11 +145,11 @@ pub async fn get_many(
 ) -> Result<Vec<Account>, StorageError> {
     let rows = client
         .query(
-            &format!("SELECT {COLUMNS} FROM accounts WHERE code = ANY($1)"),
+            &format!("SELECT {ACCOUNT_COLUMNS} FROM accounts a WHERE a.code = ANY($1)"),
             &[&codes],
         )
         .await?;
-    Ok(rows.iter().map(account_from_row).collect())
+    rows.iter().map(account_from_row).collect()
 }
 
 /// Accounts whose code starts with `prefix`, in code order, after `after` (exclusive).
@@ -152,12 +162,12 @@ pub async fn list(
     let rows = client
         .query(
             &format!(
-                "SELECT {COLUMNS} FROM accounts
-                 WHERE starts_with(code, $1) AND ($2::text IS NULL OR code > $2)
-                 ORDER BY code LIMIT $3"
+                "SELECT {ACCOUNT_COLUMNS} FROM accounts a
+                 WHERE starts_with(a.code, $1) AND ($2::text IS NULL OR a.code > $2)
+                 ORDER BY a.code LIMIT $3"
             ),
             &[&prefix, &after, &limit],
         )
         .await?;
-    Ok(rows.iter().map(account_from_row).collect())
+    rows.iter().map(account_from_row).collect()
 }

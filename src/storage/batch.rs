@@ -100,12 +100,66 @@ pub async fn apply_cached(
     cache: &mut AccountCache,
 ) -> Result<Vec<Outcome>, StorageError> {
     assert!(!requests.is_empty(), "empty batch");
-    let result = apply_in_transaction(client, requests, cache).await;
-    if result.is_err() {
-        // The transaction may still be open (aborted): end it so the connection is clean.
-        let _ = client.batch_execute("ROLLBACK").await;
+    // The requests that touch a corrupt journal row are refused and the batch runs again
+    // without them (their keys were claimed in the rolled-back transaction, so the refusal
+    // binds nothing). Each round refuses at least one request, so this ends.
+    let mut refused: HashMap<usize, LedgerError> = HashMap::new();
+    loop {
+        let live: Vec<usize> = (0..requests.len())
+            .filter(|i| !refused.contains_key(i))
+            .collect();
+        if live.is_empty() {
+            return Ok(merge(requests.len(), Vec::new(), &live, refused));
+        }
+        let batch: std::borrow::Cow<[WriteRequest]> = if refused.is_empty() {
+            std::borrow::Cow::Borrowed(requests)
+        } else {
+            live.iter().map(|&i| requests[i].clone()).collect()
+        };
+        let result = apply_in_transaction(client, &batch, cache).await;
+        match result {
+            Ok(Applied::Committed(outcomes)) => {
+                return Ok(merge(requests.len(), outcomes, &live, refused))
+            }
+            Ok(Applied::Corrupt(bad)) => {
+                let _ = client.batch_execute("ROLLBACK").await;
+                assert!(!bad.is_empty(), "a corrupt round refuses a request");
+                refused.extend(bad.into_iter().map(|(j, e)| (live[j], e)));
+            }
+            Err(e) => {
+                // The transaction may still be open (aborted): end it so the connection is
+                // clean.
+                let _ = client.batch_execute("ROLLBACK").await;
+                return Err(e);
+            }
+        }
     }
-    result
+}
+
+/// The outcomes of `live` requests (in order) and the `refused` ones, by request index.
+fn merge(
+    n: usize,
+    outcomes: Vec<Outcome>,
+    live: &[usize],
+    mut refused: HashMap<usize, LedgerError>,
+) -> Vec<Outcome> {
+    assert_eq!(outcomes.len(), live.len(), "one outcome per live request");
+    let mut by_index: HashMap<usize, Outcome> = live.iter().copied().zip(outcomes).collect();
+    (0..n)
+        .map(|i| match refused.remove(&i) {
+            Some(e) => Err(e),
+            None => by_index.remove(&i).expect("an outcome for every request"),
+        })
+        .collect()
+}
+
+/// How a batch transaction ended without a storage failure.
+enum Applied {
+    /// Committed: one outcome per request, in order.
+    Committed(Vec<Outcome>),
+    /// Not committed (the caller rolls back): these requests (by index) touch journal rows
+    /// that break an invariant, and are refused with `JOURNAL_CORRUPT`.
+    Corrupt(Vec<(usize, LedgerError)>),
 }
 
 /// Accounts kept at most in an [`AccountCache`] (limit ACCOUNT_CACHE_MAX); when full it is
@@ -211,7 +265,7 @@ async fn apply_in_transaction(
     client: &mut deadpool_postgres::Client,
     requests: &[WriteRequest],
     cache: &mut AccountCache,
-) -> Result<Vec<Outcome>, StorageError> {
+) -> Result<Applied, StorageError> {
     let t0 = std::time::Instant::now();
     let mut marks: Vec<(&str, u128)> = Vec::new();
     let (lock_st, state_st, claim_st, totals_st, accounts_st, targets_st) = futures_util::try_join!(
@@ -377,23 +431,35 @@ async fn apply_in_transaction(
             (unclaimed[j], row)
         })
         .collect();
+    // Requests that touch a journal row breaking an invariant: refused, and the batch runs
+    // again without them (see `apply_cached`).
+    let mut corrupt: Vec<(usize, LedgerError)> = Vec::new();
     if !replayed.is_empty() {
         let seqs: Vec<i64> = replayed
             .iter()
             .filter_map(|(_, r)| r.get::<_, Option<i64>>("sequence"))
             .collect();
-        let mut postings: HashMap<i64, Posting> = postings_by_sequence(client_ref, &seqs)
-            .await?
-            .into_iter()
-            .map(|p| (p.sequence as i64, p))
-            .collect();
+        let (mut postings, bad) = load_postings_tolerant(client_ref, &seqs).await?;
         for (i, r) in replayed {
+            let key = requests[i].command.key();
             let outcome = match r.get::<_, Option<i64>>("sequence") {
-                Some(seq) => Ok(postings.remove(&seq).expect("replayed posting loaded")),
-                None => Err(stored_rejection(r.get("reason"), r.get("message"))),
+                Some(seq) => match bad.get(&seq) {
+                    Some(e) => Err(e.clone()),
+                    None => Ok(Ok(postings.remove(&seq).expect("replayed posting loaded"))),
+                },
+                None => stored_rejection(key, r.get("reason"), r.get("message"))
+                    .map(Err)
+                    .map_err(StorageError::into_ledger_error),
+            };
+            let outcome = match outcome {
+                Ok(o) => o,
+                Err(e) => {
+                    corrupt.push((i, e));
+                    continue;
+                }
             };
             decisions.insert(
-                (requests[i].caller.as_str(), requests[i].command.key()),
+                (requests[i].caller.as_str(), key),
                 Decision {
                     operation: std::borrow::Cow::Owned(r.get("operation")),
                     fingerprint: std::borrow::Cow::Owned(r.get("fingerprint")),
@@ -412,30 +478,31 @@ async fn apply_in_transaction(
             Command::Post(_) => None,
         })
         .collect();
-    let mut targets: HashMap<Uuid, Posting> = HashMap::new();
-    if !target_ids.is_empty() {
-        let rows = client_ref
-            .query(
-                "SELECT sequence FROM postings WHERE posting_id = ANY($1)",
-                &[&target_ids],
-            )
-            .await?;
-        let seqs: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
-        for p in postings_by_sequence(client_ref, &seqs).await? {
-            targets.insert(p.posting_id, p);
-        }
-    }
+    let (targets, bad_targets) = load_targets(client_ref, &target_ids).await?;
     // Rules: from the cache, from the accounts read now, and from the void targets' accounts
     // (the only accounts a void names by code).
+    let mut bad_accounts: HashMap<i64, LedgerError> = HashMap::new();
     let mut by_code: HashMap<String, i64> = HashMap::new();
     for r in &account_rows {
-        let a = account_from_row(r);
-        cache.rules.insert(a.id, rule_of(&a));
+        match account_from_row(r) {
+            Ok(a) => {
+                cache.rules.insert(a.id, rule_of(&a));
+            }
+            Err(e) => {
+                bad_accounts.insert(r.get("account_id"), e.into_ledger_error());
+            }
+        }
     }
     for r in &target_account_rows {
-        let a = account_from_row(r);
-        by_code.insert(a.code.clone(), a.id);
-        cache.rules.insert(a.id, rule_of(&a));
+        match account_from_row(r) {
+            Ok(a) => {
+                by_code.insert(a.code.clone(), a.id);
+                cache.rules.insert(a.id, rule_of(&a));
+            }
+            Err(e) => {
+                bad_accounts.insert(r.get("account_id"), e.into_ledger_error());
+            }
+        }
     }
     let mut totals = HashMap::new();
     let mut rules = HashMap::new();
@@ -448,20 +515,32 @@ async fn apply_in_transaction(
                 .map(|r| (r.get::<_, i64>("account_id"), r)),
         );
     for (id, r) in totals_of {
+        if bad_accounts.contains_key(&id) {
+            continue;
+        }
         let rule = cache
             .rules
             .get(&id)
             .unwrap_or_else(|| panic!("account {id} has totals but no rules"))
             .clone();
-        totals.insert(
-            id,
-            Totals {
-                debits: parse_stored(r.get("debits"), rule.scale),
-                credits: parse_stored(r.get("credits"), rule.scale),
-                version: r.get("version"),
-            },
-        );
-        rules.insert(id, rule);
+        match stored_totals(r, &rule) {
+            Ok(t) => {
+                totals.insert(id, t);
+                rules.insert(id, rule);
+            }
+            Err(e) => {
+                bad_accounts.insert(id, e.into_ledger_error());
+            }
+        }
+    }
+    for &(i, _) in &new_idx {
+        let touched = touches(&requests[i].command, &targets, &by_code, &bad_accounts);
+        if let Some(e) = bad_targets.get(&touched.0).or(touched.1) {
+            corrupt.push((i, e.clone()));
+        }
+    }
+    if !corrupt.is_empty() {
+        return Ok(Applied::Corrupt(corrupt));
     }
     for id in &ids {
         assert!(
@@ -592,7 +671,7 @@ async fn apply_in_transaction(
     );
 
     // Answer every request from its key's decision.
-    Ok(requests
+    Ok(Applied::Committed(requests
         .iter()
         .enumerate()
         .map(|(i, r)| {
@@ -615,7 +694,106 @@ async fn apply_in_transaction(
             }
             d.outcome.clone().map(|posting| Decided { posting, replayed: true })
         })
-        .collect())
+        .collect()))
+}
+
+/// Postings by sequence; those that break an invariant come back apart, as the refusal of
+/// the requests that touch them.
+async fn load_postings_tolerant(
+    client: &deadpool_postgres::Client,
+    sequences: &[i64],
+) -> Result<(HashMap<i64, Posting>, HashMap<i64, LedgerError>), StorageError> {
+    let mut left = sequences.to_vec();
+    let mut bad = HashMap::new();
+    loop {
+        match postings_by_sequence(client, &left).await {
+            Ok(ps) => {
+                let good = ps.into_iter().map(|p| (p.sequence as i64, p)).collect();
+                return Ok((good, bad));
+            }
+            Err(StorageError::Corrupt {
+                row,
+                sequence: Some(s),
+                detail,
+            }) if left.contains(&s) => {
+                left.retain(|&x| x != s);
+                let e = StorageError::Corrupt {
+                    row,
+                    sequence: Some(s),
+                    detail,
+                };
+                bad.insert(s, e.into_ledger_error());
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The targets of the batch's voids by id, and the refusals of those that are corrupt.
+async fn load_targets(
+    client: &deadpool_postgres::Client,
+    ids: &[Uuid],
+) -> Result<(HashMap<Uuid, Posting>, HashMap<Uuid, LedgerError>), StorageError> {
+    if ids.is_empty() {
+        return Ok((HashMap::new(), HashMap::new()));
+    }
+    let rows = client
+        .query(
+            "SELECT posting_id, sequence FROM postings WHERE posting_id = ANY($1)",
+            &[&ids],
+        )
+        .await?;
+    let id_of: HashMap<i64, Uuid> = rows.iter().map(|r| (r.get(1), r.get(0))).collect();
+    let seqs: Vec<i64> = id_of.keys().copied().collect();
+    let (good, bad) = load_postings_tolerant(client, &seqs).await?;
+    let good = good.into_values().map(|p| (p.posting_id, p)).collect();
+    let bad = bad.into_iter().map(|(s, e)| (id_of[&s], e)).collect();
+    Ok((good, bad))
+}
+
+/// An account's stored totals; ones no writer could have left (negative, or a no-negative
+/// account below zero, or more decimals than its scale) are a corrupt row.
+fn stored_totals(r: &tokio_postgres::Row, rule: &Rule) -> Result<Totals, StorageError> {
+    let corrupt = |e: String| StorageError::corrupt_account(&rule.code, format!("totals: {e}"));
+    let t = Totals {
+        debits: parse_stored(r.get("debits"), rule.scale).map_err(corrupt)?,
+        credits: parse_stored(r.get("credits"), rule.scale).map_err(corrupt)?,
+        version: r.get("version"),
+    };
+    if t.debits < 0 || t.credits < 0 || t.version < 0 {
+        return Err(corrupt(format!("negative: {t:?}")));
+    }
+    if !rule.allow_negative && t.balance(rule.normal_balance) < 0 {
+        return Err(corrupt(format!(
+            "below zero, which the account forbids: {t:?}"
+        )));
+    }
+    Ok(t)
+}
+
+/// What a new request touches: its void target (the nil id for a post) and the refusal of
+/// the first corrupt account among its legs (a void's: its target's legs), if any.
+fn touches<'a>(
+    command: &Command,
+    targets: &HashMap<Uuid, Posting>,
+    by_code: &HashMap<String, i64>,
+    bad_accounts: &'a HashMap<i64, LedgerError>,
+) -> (Uuid, Option<&'a LedgerError>) {
+    match command {
+        Command::Post(p) => (
+            Uuid::nil(),
+            p.legs.iter().find_map(|l| bad_accounts.get(&l.account_id)),
+        ),
+        Command::Void(v) => (
+            v.target,
+            targets.get(&v.target).and_then(|t| {
+                t.legs
+                    .iter()
+                    .filter_map(|l| by_code.get(&l.account))
+                    .find_map(|id| bad_accounts.get(id))
+            }),
+        ),
+    }
 }
 
 /// A posting being made, before it has a sequence.

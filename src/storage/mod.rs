@@ -39,6 +39,16 @@ pub enum StorageError {
         version: String,
         error: tokio_postgres::Error,
     },
+    /// A row read from the journal breaks an invariant: it was written behind the ledger's
+    /// back. Only the requests that touch it fail; the server goes on serving.
+    Corrupt {
+        /// Which row ("posting of sequence 7", "account \"a:b\"").
+        row: String,
+        /// The posting's sequence, when the row belongs to one.
+        sequence: Option<i64>,
+        /// The invariant it breaks.
+        detail: String,
+    },
 }
 
 impl fmt::Display for StorageError {
@@ -50,6 +60,9 @@ impl fmt::Display for StorageError {
             },
             StorageError::Pool(e) => write!(f, "no database connection: {e}"),
             StorageError::Config(e) => write!(f, "invalid database URL: {e}"),
+            StorageError::Corrupt { row, detail, .. } => {
+                write!(f, "corrupt journal row: {row}: {detail}")
+            }
             StorageError::Migration { version, error } => {
                 write!(
                     f,
@@ -62,6 +75,41 @@ impl fmt::Display for StorageError {
 }
 
 impl StorageError {
+    /// What the caller is told: a corrupt journal row is `JOURNAL_CORRUPT` (logged as an error
+    /// and counted, for someone must look), any other failure `UNAVAILABLE` (retry).
+    pub fn into_ledger_error(self) -> crate::domain::LedgerError {
+        match self {
+            StorageError::Corrupt {
+                row,
+                sequence,
+                detail,
+            } => {
+                tracing::error!(%row, ?sequence, %detail, "corrupt journal row: run `ledger check`");
+                crate::metrics::journal_corrupt();
+                crate::domain::LedgerError::journal_corrupt(&row, sequence, &detail)
+            }
+            other => crate::domain::LedgerError::unavailable(other),
+        }
+    }
+
+    /// A posting (its head or its legs) read back broken.
+    pub fn corrupt_posting(sequence: i64, detail: impl Into<String>) -> StorageError {
+        StorageError::Corrupt {
+            row: format!("posting of sequence {sequence}"),
+            sequence: Some(sequence),
+            detail: detail.into(),
+        }
+    }
+
+    /// An account (or its totals) read back broken.
+    pub fn corrupt_account(code: &str, detail: impl Into<String>) -> StorageError {
+        StorageError::Corrupt {
+            row: format!("account {code:?}"),
+            sequence: None,
+            detail: detail.into(),
+        }
+    }
+
     fn db_display(e: &tokio_postgres::Error) -> String {
         match e.as_db_error() {
             Some(db) => format!("{}: {}", db.code().code(), db.message()),

@@ -1,6 +1,6 @@
 //! Read queries: postings, balances and statements at a bitemporal cut-off.
 
-use super::accounts::metadata_from_json;
+use super::accounts::{account_from_row, metadata_from_json, ACCOUNT_COLUMNS};
 use super::{StorageError, LEDGER_WRITE_LOCK};
 use crate::domain::amount::{parse_stored, Amount};
 use crate::domain::engine::balance_of;
@@ -18,18 +18,20 @@ pub(crate) fn direction_to_sql(d: Direction) -> i8 {
     }
 }
 
-pub(crate) fn direction_from_sql(c: i8) -> Direction {
+pub(crate) fn direction_from_sql(c: i8) -> Option<Direction> {
     match c as u8 {
-        b'D' => Direction::Debit,
-        b'C' => Direction::Credit,
-        other => panic!("stored direction {other}"),
+        b'D' => Some(Direction::Debit),
+        b'C' => Some(Direction::Credit),
+        _ => None,
     }
 }
 
 const POSTING_COLUMNS: &str = "p.sequence, p.posting_id, p.caller, p.idempotency_key, p.effective_at,
      p.recorded_at, p.memo, p.metadata, p.voids_posting_id, p.void_reason, v.posting_id AS voided_by";
 
-/// Loads postings (with legs and `voided_by`) by sequence, in sequence order.
+/// Loads postings (with legs and `voided_by`) by sequence, in sequence order. A posting that
+/// breaks an invariant (written behind the ledger's back) is a [`StorageError::Corrupt`]
+/// naming its sequence.
 pub async fn postings_by_sequence(
     client: &impl GenericClient,
     sequences: &[i64],
@@ -46,7 +48,7 @@ pub async fn postings_by_sequence(
     let heads = client.query(heads_sql.as_str(), &params);
     let legs = client.query(
         "SELECT e.sequence, e.leg_index, a.code, a.scale, e.direction, e.amount::text AS amount
-         FROM entries e JOIN accounts a USING (account_id)
+         FROM entries e LEFT JOIN accounts a USING (account_id)
          WHERE e.sequence = ANY($1) ORDER BY e.sequence, e.leg_index",
         &params,
     );
@@ -54,41 +56,81 @@ pub async fn postings_by_sequence(
     let mut legs = legs.into_iter().peekable();
     let mut out = Vec::with_capacity(heads.len());
     for h in heads {
-        let sequence: i64 = h.get("sequence");
-        let mut p = Posting {
-            posting_id: h.get("posting_id"),
-            sequence: sequence as u64,
-            caller: h.get("caller"),
-            idempotency_key: h.get("idempotency_key"),
-            legs: Vec::new(),
-            effective_at: h.get("effective_at"),
-            recorded_at: h.get("recorded_at"),
-            memo: h.get("memo"),
-            metadata: metadata_from_json(h.get("metadata")),
-            voids_posting_id: h.get("voids_posting_id"),
-            voided_by_posting_id: h.get("voided_by"),
-            void_reason: h.get("void_reason"),
-        };
-        while let Some(l) = legs.next_if(|l| l.get::<_, i64>("sequence") == sequence) {
-            let index: i16 = l.get("leg_index");
-            assert_eq!(
-                index as usize,
-                p.legs.len(),
-                "posting {sequence} leg {index} out of order"
-            );
-            let scale = l.get::<_, i16>("scale") as u8;
-            let minor = parse_stored(l.get("amount"), scale);
-            p.legs.push(PostedLeg {
-                account: l.get("code"),
-                direction: direction_from_sql(l.get("direction")),
-                amount: Amount::from_minor(minor, scale),
-            });
+        let mut p = posting_head(&h)?;
+        let sequence = p.sequence as i64;
+        while let Some(l) = legs.next_if(|l| l.get::<_, i64>("sequence") <= sequence) {
+            p.legs.push(posting_leg(&l, sequence, p.legs.len())?);
         }
-        p.assert_sound();
+        p.check_sound()
+            .map_err(|e| StorageError::corrupt_posting(sequence, e))?;
         out.push(p);
     }
-    assert!(legs.next().is_none(), "legs without a posting");
+    if let Some(l) = legs.next() {
+        let sequence = l.get("sequence");
+        return Err(StorageError::corrupt_posting(
+            sequence,
+            "legs without a posting",
+        ));
+    }
     Ok(out)
+}
+
+/// A posting's head row, without its legs.
+fn posting_head(h: &tokio_postgres::Row) -> Result<Posting, StorageError> {
+    let sequence: i64 = h.get("sequence");
+    let metadata = metadata_from_json(h.get("metadata"))
+        .map_err(|e| StorageError::corrupt_posting(sequence, e))?;
+    Ok(Posting {
+        posting_id: h.get("posting_id"),
+        sequence: sequence as u64,
+        caller: h.get("caller"),
+        idempotency_key: h.get("idempotency_key"),
+        legs: Vec::new(),
+        effective_at: h.get("effective_at"),
+        recorded_at: h.get("recorded_at"),
+        memo: h.get("memo"),
+        metadata,
+        voids_posting_id: h.get("voids_posting_id"),
+        voided_by_posting_id: h.get("voided_by"),
+        void_reason: h.get("void_reason"),
+    })
+}
+
+/// The next leg of posting `sequence`, which must be its leg number `expected`.
+fn posting_leg(
+    l: &tokio_postgres::Row,
+    sequence: i64,
+    expected: usize,
+) -> Result<PostedLeg, StorageError> {
+    let corrupt = |detail: String| StorageError::corrupt_posting(sequence, detail);
+    let (leg_sequence, index): (i64, i16) = (l.get("sequence"), l.get("leg_index"));
+    if leg_sequence != sequence {
+        return Err(StorageError::corrupt_posting(
+            leg_sequence,
+            "legs without a posting",
+        ));
+    }
+    if usize::try_from(index).ok() != Some(expected) {
+        return Err(corrupt(format!("leg {index} where leg {expected} belongs")));
+    }
+    let (Some(code), Some(scale)) = (
+        l.get::<_, Option<String>>("code"),
+        l.get::<_, Option<i16>>("scale"),
+    ) else {
+        return Err(corrupt(format!(
+            "leg {index} names an account that does not exist"
+        )));
+    };
+    let scale = scale as u8;
+    let minor =
+        parse_stored(l.get("amount"), scale).map_err(|e| corrupt(format!("leg {index}: {e}")))?;
+    let direction = direction_from_sql(l.get("direction"))
+        .ok_or_else(|| corrupt(format!("leg {index} has no direction")))?;
+    Ok(PostedLeg {
+        account: code,
+        direction,
+        amount: Amount::from_minor(minor, scale),
+    })
 }
 
 /// A posting by id.
@@ -127,19 +169,35 @@ pub async fn posting_by_key(
     match row.get::<_, Option<i64>>("sequence") {
         Some(seq) => Ok(postings_by_sequence(client, &[seq]).await?.pop().map(Ok)),
         None => Ok(Some(Err(stored_rejection(
+            key,
             row.get("reason"),
             row.get("message"),
-        )))),
+        )?))),
     }
 }
 
-/// A rejection read back from storage.
-pub(crate) fn stored_rejection(reason: Option<String>, message: Option<String>) -> LedgerError {
-    let reason = reason.expect("a decided key has a posting or a rejection");
-    LedgerError::new(
-        Reason::from_str_exact(&reason).unwrap_or_else(|| panic!("stored reason {reason:?}")),
-        message.expect("rejection message"),
-    )
+/// A rejection read back from storage (of the decided key `key`).
+pub(crate) fn stored_rejection(
+    key: &str,
+    reason: Option<String>,
+    message: Option<String>,
+) -> Result<LedgerError, StorageError> {
+    let corrupt = |detail: String| StorageError::Corrupt {
+        row: format!("decision of idempotency key {key:?}"),
+        sequence: None,
+        detail,
+    };
+    let (Some(reason), Some(message)) = (reason, message) else {
+        return Err(corrupt(
+            "a decided key with neither a posting nor a rejection".into(),
+        ));
+    };
+    let reason = Reason::from_str_exact(&reason).ok_or_else(|| {
+        corrupt(format!(
+            "rejection reason {reason:?} is not one of the ledger's"
+        ))
+    })?;
+    Ok(LedgerError::new(reason, message))
 }
 
 /// Postings in sequence order after `after`, optionally only those touching an account.
@@ -313,7 +371,8 @@ const TOTALS_AT: &str = "
           AND e.sequence <= $2) x ON true
     ORDER BY a.ord";
 
-/// Balances of accounts at a cut-off, in the order given.
+/// Balances of accounts at a cut-off, in the order given. Totals that cannot be (negative,
+/// or more decimals than the account's scale) are a corrupt row of that account.
 pub async fn balances(
     client: &impl GenericClient,
     accounts: &[Account],
@@ -327,20 +386,25 @@ pub async fn balances(
     let rows = client
         .query(&stmt, &[&at.effective_at, &(at.sequence as i64), &ids])
         .await?;
-    assert_eq!(rows.len(), accounts.len());
-    Ok(accounts
+    assert_eq!(
+        rows.len(),
+        accounts.len(),
+        "one totals row per account asked"
+    );
+    accounts
         .iter()
         .zip(rows)
         .map(|(a, r)| {
             assert_eq!(r.get::<_, i64>("account_id"), a.id);
-            let debits = parse_stored(r.get("debits"), a.scale);
-            let credits = parse_stored(r.get("credits"), a.scale);
-            assert!(
-                debits >= 0 && credits >= 0,
-                "account {} totals negative at {at:?}",
-                a.code
-            );
-            Balance {
+            let corrupt = |e: String| StorageError::corrupt_account(&a.code, e);
+            let debits = parse_stored(r.get("debits"), a.scale).map_err(corrupt)?;
+            let credits = parse_stored(r.get("credits"), a.scale).map_err(corrupt)?;
+            if debits < 0 || credits < 0 {
+                return Err(corrupt(format!(
+                    "its legs sum to negative totals at {at:?}"
+                )));
+            }
+            Ok(Balance {
                 account: a.code.clone(),
                 currency: a.currency.clone(),
                 scale: a.scale,
@@ -348,9 +412,9 @@ pub async fn balances(
                 credits,
                 balance: balance_of(a.normal_balance, debits, credits),
                 as_of: *at,
-            }
+            })
         })
-        .collect())
+        .collect()
 }
 
 /// Accounts whose code starts with `prefix`, in code order after `after` (exclusive), that
@@ -367,16 +431,16 @@ pub async fn accounts_with_legs(
 ) -> Result<Vec<Account>, StorageError> {
     let rows = client
         .query(
-            "SELECT a.account_id, a.code, a.currency, a.scale, a.normal_balance, a.allow_negative,
-                    a.metadata, a.created_at
-             FROM accounts a
-             WHERE starts_with(a.code, $1) AND ($2::text IS NULL OR a.code > $2)
-               AND EXISTS (SELECT 1 FROM entries e WHERE e.account_id = a.account_id AND e.sequence <= $3)
-             ORDER BY a.code LIMIT $4",
+            &format!(
+                "SELECT {ACCOUNT_COLUMNS} FROM accounts a
+                 WHERE starts_with(a.code, $1) AND ($2::text IS NULL OR a.code > $2)
+                   AND EXISTS (SELECT 1 FROM entries e WHERE e.account_id = a.account_id AND e.sequence <= $3)
+                 ORDER BY a.code LIMIT $4"
+            ),
             &[&prefix, &after, &through, &limit],
         )
         .await?;
-    Ok(rows.iter().map(super::accounts::account_from_row).collect())
+    rows.iter().map(account_from_row).collect()
 }
 
 /// An account's entries included by a cut-off, in sequence order, after `(after_sequence,
@@ -402,24 +466,27 @@ pub async fn entries(
             &[&account.id, &after.0, &after.1, &(at.sequence as i64), &at.effective_at, &limit],
         )
         .await?;
-    Ok(rows
-        .iter()
+    rows.iter()
         .map(|r| {
+            let sequence: i64 = r.get("sequence");
+            let leg: i16 = r.get("leg_index");
+            let corrupt =
+                |e: String| StorageError::corrupt_posting(sequence, format!("leg {leg}: {e}"));
+            let minor = parse_stored(r.get("amount"), account.scale).map_err(corrupt)?;
+            let direction = direction_from_sql(r.get("direction"))
+                .ok_or_else(|| corrupt("no direction".into()))?;
             let entry = Entry {
                 posting_id: r.get("posting_id"),
-                sequence: r.get::<_, i64>("sequence") as u64,
+                sequence: sequence as u64,
                 recorded_at: r.get("recorded_at"),
                 effective_at: r.get("effective_at"),
-                direction: direction_from_sql(r.get("direction")),
-                amount: Amount::from_minor(
-                    parse_stored(r.get("amount"), account.scale),
-                    account.scale,
-                ),
+                direction,
+                amount: Amount::from_minor(minor, account.scale),
                 balance_after: 0,
             };
-            (entry, r.get("leg_index"))
+            Ok((entry, leg))
         })
-        .collect())
+        .collect()
 }
 
 /// The key that makes page tokens tamper-evident.
