@@ -1,7 +1,7 @@
 //! The ledger's operations, independent of transport: validation, account lookups, the
 //! writer, reads at cut-offs, pagination. The gRPC adapter calls these and only converts.
 
-use crate::domain::account::{validate_code, Metadata};
+use crate::domain::account::{validate_code, validate_prefix, Metadata};
 use crate::domain::amount::format_minor;
 use crate::domain::limits::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
 use crate::domain::page_token;
@@ -189,6 +189,7 @@ impl Ledger {
         size: u32,
         token: &str,
     ) -> Result<(Vec<Account>, String), LedgerError> {
+        validate_prefix(prefix)?;
         let limit = page_size(size)?;
         let scope = format!("accounts:{prefix}");
         let after = if token.is_empty() {
@@ -355,6 +356,7 @@ impl Ledger {
         size: u32,
         token: &str,
     ) -> Result<(Vec<Balance>, Vec<CurrencyTotal>, String), LedgerError> {
+        validate_prefix(prefix)?;
         let limit = page_size(size)?;
         let scope = format!("balances:{prefix}");
         let (at, after) = if token.is_empty() {

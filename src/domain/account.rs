@@ -131,6 +131,26 @@ pub fn validate_code(code: &str) -> Result<(), LedgerError> {
     Ok(())
 }
 
+/// A code prefix (`ListAccounts`, `ListBalances`): 0..=128 characters of an account code's
+/// alphabet. Anything else could match no account, so it is refused rather than searched for
+/// (and a NUL never reaches SQL).
+pub fn validate_prefix(prefix: &str) -> Result<(), LedgerError> {
+    let ok_chars = prefix
+        .bytes()
+        .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b':' | b'_' | b'-' | b'.'));
+    if prefix.len() > MAX_ACCOUNT_CODE_CHARS || !ok_chars {
+        return Err(LedgerError::new(
+            Reason::InvalidField,
+            format!(
+                "prefix {:?} must be 0..={MAX_ACCOUNT_CODE_CHARS} characters of a-z 0-9 : _ - . (the start of an account code; limit MAX_ACCOUNT_CODE_CHARS)",
+                truncate_for_message(prefix)
+            ),
+        )
+        .with("field", "prefix"));
+    }
+    Ok(())
+}
+
 /// A currency: 2..=16 characters of `A-Z 0-9`.
 pub fn validate_currency(currency: &str) -> Result<(), LedgerError> {
     let ok = (2..=16).contains(&currency.len())

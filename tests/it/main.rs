@@ -20,4 +20,5 @@ mod reads;
 mod server_surface;
 mod throughput;
 mod upgrade;
+mod validation;
 mod void;
