@@ -29,7 +29,7 @@ fn request_string_fields() -> BTreeSet<String> {
     for method in &file.service[0].method {
         walk(
             &messages,
-            &messages[method.input_type()],
+            messages[method.input_type()],
             method.name(),
             &mut out,
         );
