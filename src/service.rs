@@ -3,13 +3,14 @@
 
 use crate::domain::account::{validate_code, validate_prefix, Metadata};
 use crate::domain::amount::format_minor;
-use crate::domain::limits::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
+use crate::domain::limits::{DEFAULT_PAGE_SIZE, MAX_LEGS, MAX_PAGE_SIZE};
 use crate::domain::page_token;
 use crate::domain::posting::{
     parse_posting_id, validate_idempotency_key, PostRequest, VoidRequest,
 };
 use crate::domain::record::{AppliedAsOf, AsOf, Balance, CurrencyTotal, Decided, Entry, Posting};
-use crate::domain::{Account, Direction, LedgerError, NewAccount, NormalBalance, Reason};
+use crate::domain::statement::{self, Cursor};
+use crate::domain::{Account, LedgerError, NewAccount, NormalBalance, Reason};
 use crate::storage::{self, accounts::Created, batch::Command, Pool, StorageError};
 use crate::writer::{BatchObserver, Writer};
 use std::collections::{BTreeMap, HashMap};
@@ -438,7 +439,7 @@ impl Ledger {
         let limit = page_size(size)?;
         let account = self.get_account(account).await?;
         let scope = format!("entries:{}", account.code);
-        let (at, after, mut debits, mut credits) = if token.is_empty() {
+        let (at, after, debits, credits) = if token.is_empty() {
             (self.resolve(as_of).await?, (0i64, -1i16), 0i128, 0i128)
         } else {
             let (ints, _) = page_token::decode(&self.page_key, &scope, token, 7)?;
@@ -458,40 +459,43 @@ impl Ledger {
             )
         };
         let client = self.client().await?;
-        let rows = storage::read::entries(&client, &account, &at, after, limit + 1)
+        let from = Cursor {
+            sequence: after.0,
+            leg: after.1,
+            debits,
+            credits,
+        };
+        let read = statement::rows_to_read(limit as usize) as i64;
+        let rows = storage::read::entries(&client, &account, &at, after, read)
             .await
             .map_err(unavailable)?;
-        let more = rows.len() as i64 > limit;
-        let mut out = Vec::with_capacity(rows.len().min(limit as usize));
-        let mut last = after;
-        for (mut e, leg) in rows.into_iter().take(limit as usize) {
-            match e.direction {
-                Direction::Debit => debits += e.amount.minor(),
-                Direction::Credit => credits += e.amount.minor(),
+        let (out, next) = statement::page(&rows, limit as usize, account.normal_balance, from)
+            .map_err(|sequence| {
+                StorageError::corrupt_posting(
+                    sequence,
+                    format!("more than {MAX_LEGS} legs on account {:?}", account.code),
+                )
+                .into_ledger_error()
+            })?;
+        let next = match next {
+            Some(c) => {
+                let [r, ef, s] = Self::applied_to_token(&at);
+                page_token::encode(
+                    &self.page_key,
+                    &scope,
+                    &[
+                        r,
+                        ef,
+                        s,
+                        i128::from(c.sequence),
+                        i128::from(c.leg),
+                        c.debits,
+                        c.credits,
+                    ],
+                    "",
+                )
             }
-            e.balance_after =
-                crate::domain::engine::balance_of(account.normal_balance, debits, credits);
-            last = (e.sequence as i64, leg);
-            out.push(e);
-        }
-        let next = if more {
-            let [r, ef, s] = Self::applied_to_token(&at);
-            page_token::encode(
-                &self.page_key,
-                &scope,
-                &[
-                    r,
-                    ef,
-                    s,
-                    i128::from(last.0),
-                    i128::from(last.1),
-                    debits,
-                    credits,
-                ],
-                "",
-            )
-        } else {
-            String::new()
+            None => String::new(),
         };
         Ok((out, next))
     }

@@ -136,14 +136,15 @@ impl Engine {
                 return Err(LedgerError::new(
                     Reason::InsufficientFunds,
                     format!(
-                        "account {} has a balance of {} {} and does not allow negative balances; this posting would make it {} {}",
+                        "account {} has a balance of {} {} over all its legs, whatever their effective time (a future-dated leg counts at once, though GetBalance without as_of leaves it out until it is effective), and does not allow negative balances; this posting would make it {} {}",
                         rule.code,
                         format_minor(before, rule.scale),
                         rule.currency,
                         format_minor(after, rule.scale),
                         rule.currency
                     ),
-                ));
+                )
+                .with("account", &rule.code));
             }
         }
         self.totals.extend(next);

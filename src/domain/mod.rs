@@ -9,6 +9,7 @@ pub mod limits;
 pub mod page_token;
 pub mod posting;
 pub mod record;
+pub mod statement;
 
 pub use account::{Account, Direction, Metadata, NewAccount, NormalBalance};
 pub use amount::Amount;

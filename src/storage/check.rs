@@ -70,9 +70,13 @@ const CHECKS: &[(&str, &str)] = &[
          WHERE x.debits_after <> x.rd OR x.credits_after <> x.rc OR x.account_version <> x.rn",
     ),
     (
-        "no account that forbids negative balances was ever below zero",
+        // A posting is applied whole: the rule holds after each posting (its last leg on the
+        // account), not between the legs of one.
+        "no account that forbids negative balances was ever below zero after a posting",
         "SELECT format('account %s below zero after posting %s: debits %s credits %s', a.code, e.sequence, e.debits_after, e.credits_after)
-         FROM entries e JOIN accounts a USING (account_id)
+         FROM (SELECT DISTINCT ON (account_id, sequence) account_id, sequence, debits_after, credits_after
+               FROM entries ORDER BY account_id, sequence, leg_index DESC) e
+         JOIN accounts a USING (account_id)
          WHERE NOT a.allow_negative AND CASE a.normal_balance WHEN 'debit' THEN e.debits_after - e.credits_after
                                                              ELSE e.credits_after - e.debits_after END < 0",
     ),

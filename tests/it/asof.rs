@@ -487,8 +487,22 @@ async fn statement_pages_cover_each_included_entry_once_in_order_with_a_running_
             let want: Vec<&MLeg> = m.included(ar, ae).filter(|l| l.account == "a:0").collect();
             let what = format!("R={r:?} E={e:?} page_size={page_size}");
             assert_eq!(got.len(), want.len(), "{what}");
+            // A posting is applied whole: each entry shows the balance after every leg of its
+            // posting on the account.
             let mut running = 0;
-            for (g, w) in got.iter().zip(&want) {
+            let mut after: Vec<i64> = want
+                .iter()
+                .map(|w| {
+                    running += if w.debit { w.cents } else { -w.cents };
+                    running
+                })
+                .collect();
+            for i in (0..after.len().saturating_sub(1)).rev() {
+                if want[i].sequence == want[i + 1].sequence {
+                    after[i] = after[i + 1];
+                }
+            }
+            for ((g, w), after) in got.iter().zip(&want).zip(&after) {
                 assert_eq!(g.sequence, w.sequence, "{what}");
                 assert_eq!(g.posting_id, w.posting_id, "{what}");
                 assert_eq!(cents(&g.amount), w.cents, "{what}");
@@ -498,8 +512,7 @@ async fn statement_pages_cover_each_included_entry_once_in_order_with_a_running_
                     "{what}"
                 );
                 assert_eq!(odt(&g.effective_at), w.effective, "{what}");
-                running += if w.debit { w.cents } else { -w.cents };
-                assert_eq!(g.balance_after, money(running), "{what}");
+                assert_eq!(g.balance_after, money(*after), "{what}");
             }
             // In order, each (sequence, leg) once.
             let keys: Vec<(u64, usize)> = want.iter().map(|l| (l.sequence, l.leg)).collect();
@@ -1271,4 +1284,43 @@ async fn report_commands_print_trial_balance_and_statement_as_table_and_csv() {
         let (ok, _, err) = ledger_cli(&args).await;
         assert!(!ok && err.contains(want), "{args:?}: {err}");
     }
+}
+
+/// The no-negative rule counts every leg whatever its effective time (the contract), while
+/// "the balance now" leaves out legs effective later: the refusal says which balance it
+/// checked, so the two numbers never disagree without a word.
+#[tokio::test]
+async fn a_funds_refusal_names_the_balance_it_checked_over_all_legs_whatever_their_effective_time()
+{
+    let mut t = TestLedger::start().await;
+    t.standard_accounts(1).await;
+    t.post(transfer("fund", "equity:world", "acct:0", "99.00"))
+        .await
+        .unwrap();
+    let later = OffsetDateTime::now_utc() + Duration::days(30);
+    t.post(transfer_at(
+        "rent",
+        "acct:0",
+        "equity:world",
+        "12.00",
+        Some(later),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(t.balance("acct:0", None).await.balance, "99.00");
+    let e = t
+        .post(transfer("spend", "acct:0", "equity:world", "95.00"))
+        .await
+        .unwrap_err();
+    assert_error(&e, tonic::Code::FailedPrecondition, "INSUFFICIENT_FUNDS");
+    let msg = e.message();
+    assert!(
+        msg.contains("87.00") && msg.contains("over all its legs, whatever their effective time"),
+        "{msg}"
+    );
+    let info = tonic_types::StatusExt::get_details_error_info(&e).unwrap();
+    assert_eq!(
+        info.metadata.get("account").map(String::as_str),
+        Some("acct:0")
+    );
 }

@@ -2,6 +2,7 @@
 
 use crate::faults::ledger_check;
 use crate::support::*;
+use ledger::grpc::pb;
 
 #[tokio::test]
 async fn ledger_check_passes_on_a_sound_ledger_and_fails_on_each_corruption() {
@@ -64,4 +65,55 @@ async fn ledger_check_passes_on_a_sound_ledger_and_fails_on_each_corruption() {
             .unwrap_or_else(|| panic!("{invariant} not in report:\n{report}"));
         assert!(line.starts_with("FAIL"), "{sql}: {line}\n{report}");
     }
+}
+
+/// A posting is applied whole: the no-negative rule holds between postings, not between the
+/// legs of one. A posting that pays 50.00 out of a no-negative account holding 30.00 and pays
+/// 50.00 back into it in the same posting nets to zero there, so it is accepted; the
+/// statement shows the balance after the posting on both of its lines, and `ledger check`
+/// agrees that the account was never below zero.
+#[tokio::test]
+async fn a_posting_that_nets_to_zero_on_a_no_negative_account_keeps_statement_and_check_agreed() {
+    let mut t = TestLedger::start().await;
+    t.standard_accounts(2).await;
+    t.post(transfer("fund", "equity:world", "acct:0", "30.00"))
+        .await
+        .unwrap();
+    let netting = pb::PostRequest {
+        legs: vec![
+            leg("acct:0", pb::Direction::Credit, "50.00"),
+            leg("acct:0", pb::Direction::Debit, "50.00"),
+            leg("acct:1", pb::Direction::Debit, "1.00"),
+            leg("equity:world", pb::Direction::Credit, "1.00"),
+        ],
+        ..transfer("net", "equity:world", "acct:0", "0")
+    };
+    t.post(netting)
+        .await
+        .expect("a posting netting to zero is accepted");
+    let entries = t
+        .client
+        .list_entries(pb::ListEntriesRequest {
+            account: "acct:0".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .entries;
+    let after: Vec<&str> = entries.iter().map(|e| e.balance_after.as_str()).collect();
+    assert_eq!(after, ["30.00", "30.00", "30.00"], "{entries:?}");
+    let (ok, report) = ledger_check(&t.database_url).await;
+    assert!(ok, "{report}");
+    // The rule still refuses a posting that leaves the account below zero.
+    let overdraw = pb::PostRequest {
+        legs: vec![
+            leg("acct:0", pb::Direction::Credit, "50.00"),
+            leg("acct:0", pb::Direction::Debit, "10.00"),
+            leg("equity:world", pb::Direction::Debit, "40.00"),
+        ],
+        ..transfer("over", "equity:world", "acct:0", "0")
+    };
+    let e = t.post(overdraw).await.unwrap_err();
+    assert_error(&e, tonic::Code::FailedPrecondition, "INSUFFICIENT_FUNDS");
 }
