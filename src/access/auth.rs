@@ -118,11 +118,10 @@ fn unhex32(s: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
-/// Equality of two hashes in time independent of where they differ.
+/// Equality of two hashes in time independent of where they differ (`subtle`, whose
+/// comparisons are built to resist the optimiser turning them into early exits).
 pub fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
-    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    // black_box keeps the optimiser from turning the fold into an early exit.
-    std::hint::black_box(diff) == 0
+    subtle::ConstantTimeEq::ct_eq(&a[..], &b[..]).into()
 }
 
 #[derive(Clone, PartialEq, Eq)]

@@ -153,7 +153,7 @@ pub fn validate_prefix(prefix: &str) -> Result<(), LedgerError> {
 
 /// A currency: 2..=16 characters of `A-Z 0-9`.
 pub fn validate_currency(currency: &str) -> Result<(), LedgerError> {
-    let ok = (2..=16).contains(&currency.len())
+    let ok = (2..=MAX_CURRENCY_CHARS).contains(&currency.len())
         && currency
             .bytes()
             .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit());

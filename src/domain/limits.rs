@@ -28,5 +28,33 @@ pub const MAX_AMOUNT_DIGITS: usize = 30;
 pub const MAX_TOTAL_MINOR: i128 = 1_000_000_000_000_000_000_000_000_000_000_000_000;
 /// Largest account scale (decimal places).
 pub const MAX_SCALE: u32 = 18;
-/// Bytes of a page token.
-pub const MAX_PAGE_TOKEN_BYTES: usize = 512;
+/// Bytes of a page token (base64url text). A trial balance's token carries its totals (up to
+/// [`MAX_TOKEN_TOTALS`] currencies), the others a position and a cut-off.
+pub const MAX_PAGE_TOKEN_BYTES: usize = 8192;
+/// Bytes of one List* answer's items, at most (estimated from above, see `domain::page`): a
+/// page ends early, with a next page token, when the next item would pass it. Well under the
+/// server's encoding limit of 16 MiB.
+pub const MAX_PAGE_BYTES: usize = 4 * 1024 * 1024;
+/// Characters of a currency code.
+pub const MAX_CURRENCY_CHARS: usize = 16;
+/// Currencies whose totals a trial balance's page token carries, so later pages do not sum
+/// every account again; a trial balance over more currencies sums them on each page.
+pub const MAX_TOKEN_TOTALS: usize = 64;
+/// Currencies in one trial balance (`ListBalances` totals), at most; narrow the prefix beyond.
+pub const MAX_TRIAL_BALANCE_CURRENCIES: usize = 1000;
+
+// A token carrying the most totals stays under its limit: per currency its code (a length and
+// up to 16 bytes), its scale and two totals under 10^37 (18 bytes each as zigzag varints),
+// plus the cut-off and the position (a code of up to 128 bytes), in base64 (4/3).
+const _: () = assert!(
+    (MAX_TOKEN_TOTALS * (1 + MAX_CURRENCY_CHARS + 2 + 2 * 18)
+        + 3 * 19
+        + 2
+        + MAX_ACCOUNT_CODE_CHARS
+        + 1
+        + 16)
+        * 4
+        / 3
+        + 4
+        <= MAX_PAGE_TOKEN_BYTES
+);

@@ -214,6 +214,86 @@ pub fn entry_to_pb(e: &Entry) -> pb::Entry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::amount::Amount;
+    use crate::domain::page::WireSize;
+    use crate::domain::record::PostedLeg;
+    use proptest::prelude::*;
+
+    fn text(max: usize) -> impl Strategy<Value = String> {
+        prop::collection::vec(any::<char>(), 0..max).prop_map(|c| c.into_iter().collect())
+    }
+
+    fn meta() -> impl Strategy<Value = Metadata> {
+        prop::collection::btree_map(text(64), text(512), 0..32)
+    }
+
+    fn amount() -> impl Strategy<Value = Amount> {
+        (1..=i128::MAX, 0u8..=18).prop_map(|(m, s)| Amount::from_minor(m, s))
+    }
+
+    fn at() -> impl Strategy<Value = OffsetDateTime> {
+        (-62_000_000_000i64..250_000_000_000)
+            .prop_map(|s| OffsetDateTime::from_unix_timestamp(s).unwrap())
+    }
+
+    fn posting() -> impl Strategy<Value = Posting> {
+        let leg = (text(128), any::<bool>(), amount()).prop_map(|(account, d, amount)| PostedLeg {
+            account,
+            direction: if d {
+                Direction::Debit
+            } else {
+                Direction::Credit
+            },
+            amount,
+        });
+        (
+            prop::collection::vec(leg, 0..100),
+            text(255),
+            text(1024),
+            meta(),
+            text(1024),
+            text(128),
+            at(),
+            any::<u64>(),
+        )
+            .prop_map(
+                |(legs, key, memo, metadata, reason, caller, t, sequence)| Posting {
+                    posting_id: uuid::Uuid::now_v7(),
+                    sequence,
+                    caller,
+                    idempotency_key: key,
+                    legs,
+                    effective_at: t,
+                    recorded_at: t,
+                    memo,
+                    metadata,
+                    voids_posting_id: Some(uuid::Uuid::now_v7()),
+                    voided_by_posting_id: Some(uuid::Uuid::now_v7()),
+                    void_reason: Some(reason),
+                },
+            )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// The page byte limit relies on these bounds being above the real encoding (as an
+        /// element of a repeated field: the encoding and its tag and length).
+        #[test]
+        fn wire_sizes_bound_the_real_encoding(p in posting(), code in text(128), currency in text(16), m in meta(), a in amount(), t in at()) {
+            use prost::Message;
+            let framed = |len: usize| len + prost::length_delimiter_len(len) + 1;
+            prop_assert!(framed(posting_to_pb(&p).encoded_len()) <= p.wire_size());
+            let account = Account { id: 1, code: code.clone(), currency: currency.clone(), scale: 18, normal_balance: NormalBalance::Credit, allow_negative: true, metadata: m, created_at: t };
+            prop_assert!(framed(account_to_pb(&account).encoded_len()) <= account.wire_size());
+            let at = AppliedAsOf { recorded_at: t, effective_at: t, sequence: u64::MAX };
+            let b = Balance { account: code, currency: currency.clone(), scale: 18, debits: i128::MAX, credits: i128::MIN, balance: i128::MIN, as_of: at };
+            prop_assert!(framed(balance_to_pb(&b).encoded_len()) <= b.wire_size());
+            let total = CurrencyTotal { currency, scale: 18, debits: i128::MIN, credits: i128::MIN };
+            prop_assert!(framed(total_to_pb(&total).encoded_len()) <= total.wire_size());
+            let e = Entry { posting_id: p.posting_id, sequence: u64::MAX, recorded_at: t, effective_at: t, direction: Direction::Credit, amount: a, balance_after: i128::MIN };
+            prop_assert!(framed(entry_to_pb(&e).encoded_len()) <= e.wire_size());
+        }
+    }
 
     #[test]
     fn timestamps_round_trip_at_microsecond_precision() {

@@ -432,7 +432,9 @@ fn decode_and_validate(bytes: &[u8], accounts: &HashMap<String, ledger::domain::
     .flatten()
     {
         let _ = ledger::service::page_size(size);
-        let _ = ledger::domain::page_token::decode(&key, "scope", &token, 3);
+        if let Ok(mut r) = ledger::domain::page_token::open(&key, "scope", &token) {
+            let _ = (r.int(), r.text(), r.int_as::<u8>());
+        }
         let _ = convert::as_of_from_pb(as_of);
     }
 }

@@ -15,6 +15,7 @@ mod hostile;
 mod idempotency;
 mod ops;
 mod outbox;
+mod pages;
 mod posting;
 mod reads;
 mod server_surface;

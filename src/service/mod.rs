@@ -1,0 +1,253 @@
+//! The ledger's operations, independent of transport: validation, account lookups, the
+//! writer, reads at cut-offs, and the paged List* reads ([`lists`]). The gRPC adapter calls
+//! these and only converts.
+
+pub mod lists;
+
+use crate::domain::account::{validate_code, Metadata};
+use crate::domain::amount::format_minor;
+use crate::domain::limits::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
+use crate::domain::posting::{
+    parse_posting_id, validate_idempotency_key, PostRequest, VoidRequest,
+};
+use crate::domain::record::{AppliedAsOf, AsOf, Balance, Decided, Posting};
+use crate::domain::{Account, LedgerError, NewAccount, NormalBalance, Reason};
+use crate::storage::{self, accounts::Created, batch::Command, Pool, StorageError};
+use crate::writer::{BatchObserver, Writer};
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+/// Accounts kept in memory (they never change), at most.
+pub const MAX_CACHED_ACCOUNTS: usize = 100_000;
+
+/// The ledger service.
+pub struct Ledger {
+    pool: Pool,
+    writer: Writer,
+    accounts: RwLock<HashMap<String, Account>>,
+    page_key: Vec<u8>,
+}
+
+/// A storage failure as the caller's answer: `JOURNAL_CORRUPT` for a row that breaks an
+/// invariant (only this request fails), `UNAVAILABLE` otherwise.
+pub(crate) fn unavailable(e: StorageError) -> LedgerError {
+    e.into_ledger_error()
+}
+
+/// A page size as requested (0: the default), checked against the limit.
+pub fn page_size(requested: u32) -> Result<i64, LedgerError> {
+    match requested {
+        0 => Ok(i64::from(DEFAULT_PAGE_SIZE)),
+        n if n > MAX_PAGE_SIZE => Err(LedgerError::limit(
+            "page_size",
+            "MAX_PAGE_SIZE",
+            MAX_PAGE_SIZE,
+            n,
+        )),
+        n => Ok(i64::from(n)),
+    }
+}
+
+impl Ledger {
+    /// A ledger over a migrated database.
+    pub async fn new(pool: Pool, observer: Option<BatchObserver>) -> Result<Ledger, StorageError> {
+        let client = pool.get().await?;
+        let page_key = storage::read::page_token_key(&client).await?;
+        drop(client);
+        let writer = Writer::spawn(pool.clone(), observer);
+        Ok(Ledger {
+            pool,
+            writer,
+            accounts: RwLock::new(HashMap::new()),
+            page_key,
+        })
+    }
+
+    /// The connection pool (health checks, metrics).
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    pub(crate) async fn client(&self) -> Result<deadpool_postgres::Client, LedgerError> {
+        self.pool.get().await.map_err(|e| unavailable(e.into()))
+    }
+
+    /// Creates an account, or finds the identical one (`created = false`).
+    pub async fn create_account(
+        &self,
+        code: &str,
+        currency: &str,
+        scale: u32,
+        normal_balance: Option<NormalBalance>,
+        allow_negative: bool,
+        metadata: Metadata,
+    ) -> Result<(Account, bool), LedgerError> {
+        let new = NewAccount::validate(
+            code,
+            currency,
+            scale,
+            normal_balance,
+            allow_negative,
+            metadata,
+        )?;
+        let mut client = self.client().await?;
+        match storage::accounts::create(&mut client, &new)
+            .await
+            .map_err(unavailable)?
+        {
+            Created::New(a) => Ok((a, true)),
+            Created::Existing(a) => {
+                let diff = new.differences(&a);
+                if diff.is_empty() {
+                    Ok((a, false))
+                } else {
+                    Err(LedgerError::new(
+                        Reason::AccountConflict,
+                        format!(
+                            "account {:?} already exists with a different {}; attributes are fixed at creation",
+                            a.code,
+                            diff.join(", ")
+                        ),
+                    ))
+                }
+            }
+        }
+    }
+
+    /// Accounts by code, from memory or storage; missing codes are absent from the map.
+    async fn accounts(&self, codes: &[String]) -> Result<HashMap<String, Account>, LedgerError> {
+        let mut found = HashMap::with_capacity(codes.len());
+        let mut missing = Vec::new();
+        {
+            let cache = self.accounts.read().expect("account cache lock");
+            for c in codes {
+                match cache.get(c) {
+                    Some(a) => {
+                        found.insert(c.clone(), a.clone());
+                    }
+                    None => missing.push(c.clone()),
+                }
+            }
+        }
+        if !missing.is_empty() {
+            let client = self.client().await?;
+            let loaded = storage::accounts::get_many(&client, &missing)
+                .await
+                .map_err(unavailable)?;
+            let mut cache = self.accounts.write().expect("account cache lock");
+            if cache.len() + loaded.len() > MAX_CACHED_ACCOUNTS {
+                cache.clear();
+            }
+            for a in loaded {
+                cache.insert(a.code.clone(), a.clone());
+                found.insert(a.code.clone(), a);
+            }
+        }
+        Ok(found)
+    }
+
+    /// One account by code.
+    pub async fn get_account(&self, code: &str) -> Result<Account, LedgerError> {
+        validate_code(code)?;
+        self.accounts(&[code.to_owned()])
+            .await?
+            .remove(code)
+            .ok_or_else(|| {
+                LedgerError::new(
+                    Reason::AccountNotFound,
+                    format!("account {code:?} does not exist"),
+                )
+            })
+    }
+
+    /// Records a posting, or returns the decision already made for its key.
+    pub async fn post(&self, caller: &str, req: PostRequest) -> Result<Decided, LedgerError> {
+        let codes = req.check_shape()?;
+        let accounts = self.accounts(&codes).await?;
+        let valid = req.validate(&accounts)?;
+        self.writer
+            .submit(caller.to_owned(), Command::Post(valid))
+            .await
+    }
+
+    /// Records the compensating posting of an earlier one.
+    pub async fn void(&self, caller: &str, req: VoidRequest) -> Result<Decided, LedgerError> {
+        let valid = req.validate()?;
+        let client = self.client().await?;
+        let exists = storage::read::posting_by_id(&client, valid.target)
+            .await
+            .map_err(unavailable)?;
+        drop(client);
+        if exists.is_none() {
+            return Err(LedgerError::new(
+                Reason::PostingNotFound,
+                format!("posting {} does not exist", valid.target),
+            ));
+        }
+        self.writer
+            .submit(caller.to_owned(), Command::Void(valid))
+            .await
+    }
+
+    /// A posting by id.
+    pub async fn get_posting(&self, posting_id: &str) -> Result<Posting, LedgerError> {
+        let id = parse_posting_id(posting_id)?;
+        let client = self.client().await?;
+        storage::read::posting_by_id(&client, id)
+            .await
+            .map_err(unavailable)?
+            .ok_or_else(|| {
+                LedgerError::new(
+                    Reason::PostingNotFound,
+                    format!("posting {id} does not exist"),
+                )
+            })
+    }
+
+    /// A posting by the caller's idempotency key (a key decided as a rejection answers with it).
+    pub async fn get_posting_by_key(
+        &self,
+        caller: &str,
+        key: &str,
+    ) -> Result<Posting, LedgerError> {
+        validate_idempotency_key(key)?;
+        let client = self.client().await?;
+        match storage::read::posting_by_key(&client, caller, key)
+            .await
+            .map_err(unavailable)?
+        {
+            Some(Ok(p)) => Ok(p),
+            Some(Err(rejected)) => Err(LedgerError::new(
+                Reason::PostingNotFound,
+                format!("idempotency key {key:?} made no posting: it was rejected with {rejected}"),
+            )),
+            None => Err(LedgerError::new(
+                Reason::PostingNotFound,
+                format!("no posting has idempotency key {key:?} for caller {caller:?}"),
+            )),
+        }
+    }
+
+    pub(crate) async fn resolve(&self, as_of: AsOf) -> Result<AppliedAsOf, LedgerError> {
+        let mut client = self.client().await?;
+        storage::read::resolve_as_of(&mut client, as_of)
+            .await
+            .map_err(unavailable)?
+    }
+
+    /// An account's balance at a cut-off.
+    pub async fn get_balance(&self, account: &str, as_of: AsOf) -> Result<Balance, LedgerError> {
+        let account = self.get_account(account).await?;
+        let at = self.resolve(as_of).await?;
+        let client = self.client().await?;
+        let mut b = storage::read::balances(&client, std::slice::from_ref(&account), &at)
+            .await
+            .map_err(unavailable)?;
+        Ok(b.pop().expect("one balance"))
+    }
+}
+
+/// Renders minor units at a scale (re-exported for adapters).
+pub fn render(minor: i128, scale: u8) -> String {
+    format_minor(minor, scale)
+}
