@@ -73,13 +73,16 @@ impl NewAccount {
             return Err(LedgerError::new(
                 Reason::AmountScale,
                 format!("scale {scale} is out of range 0..={MAX_SCALE} (limit MAX_SCALE)"),
-            ));
+            )
+            .with("field", "scale")
+            .with("limit", "MAX_SCALE"));
         }
         let normal_balance = normal_balance.ok_or_else(|| {
             LedgerError::new(
                 Reason::InvalidField,
                 "normal_balance must be NORMAL_BALANCE_DEBIT or NORMAL_BALANCE_CREDIT",
             )
+            .with("field", "normal_balance")
         })?;
         validate_metadata(&metadata)?;
         Ok(NewAccount {
@@ -120,13 +123,19 @@ pub fn validate_code(code: &str) -> Result<(), LedgerError> {
         .bytes()
         .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b':' | b'_' | b'-' | b'.'));
     if code.is_empty() || code.len() > MAX_ACCOUNT_CODE_CHARS || !ok_chars {
-        return Err(LedgerError::new(
+        let e = LedgerError::new(
             Reason::InvalidAccountCode,
             format!(
                 "account code {:?} must be 1..={MAX_ACCOUNT_CODE_CHARS} characters of a-z 0-9 : _ - . (limit MAX_ACCOUNT_CODE_CHARS)",
                 truncate_for_message(code)
             ),
-        ));
+        )
+        .with("account", truncate_for_message(code));
+        return Err(if code.len() > MAX_ACCOUNT_CODE_CHARS {
+            e.with("limit", "MAX_ACCOUNT_CODE_CHARS")
+        } else {
+            e
+        });
     }
     Ok(())
 }
@@ -161,10 +170,11 @@ pub fn validate_currency(currency: &str) -> Result<(), LedgerError> {
         return Err(LedgerError::new(
             Reason::InvalidCurrency,
             format!(
-                "currency {:?} must be 2..=16 characters of A-Z 0-9",
+                "currency {:?} must be 2..={MAX_CURRENCY_CHARS} characters of A-Z 0-9",
                 truncate_for_message(currency)
             ),
-        ));
+        )
+        .with("field", "currency"));
     }
     Ok(())
 }
@@ -177,7 +187,8 @@ pub fn validate_metadata(metadata: &Metadata) -> Result<(), LedgerError> {
             "MAX_METADATA_ENTRIES",
             MAX_METADATA_ENTRIES,
             metadata.len(),
-        ));
+        )
+        .with("field", "metadata"));
     }
     for (k, v) in metadata {
         if k.is_empty() || k.len() > MAX_METADATA_KEY_BYTES {
@@ -186,7 +197,9 @@ pub fn validate_metadata(metadata: &Metadata) -> Result<(), LedgerError> {
                 "MAX_METADATA_KEY_BYTES (keys must not be empty)",
                 MAX_METADATA_KEY_BYTES,
                 k.len(),
-            ));
+            )
+            .with("limit", "MAX_METADATA_KEY_BYTES")
+            .with("field", "metadata"));
         }
         if v.len() > MAX_METADATA_VALUE_BYTES {
             return Err(LedgerError::limit(
@@ -194,13 +207,15 @@ pub fn validate_metadata(metadata: &Metadata) -> Result<(), LedgerError> {
                 "MAX_METADATA_VALUE_BYTES",
                 MAX_METADATA_VALUE_BYTES,
                 v.len(),
-            ));
+            )
+            .with("field", "metadata"));
         }
         if k.contains('\0') || v.contains('\0') {
             return Err(LedgerError::new(
                 Reason::InvalidField,
                 format!("metadata key {k:?} or its value contains a NUL character"),
-            ));
+            )
+            .with("field", "metadata"));
         }
     }
     Ok(())

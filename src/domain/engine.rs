@@ -118,7 +118,9 @@ impl Engine {
                         rule.code,
                         format_minor(MAX_TOTAL_MINOR, rule.scale)
                     ),
-                ));
+                )
+                .with("account", &rule.code)
+                .with("limit", "MAX_TOTAL_MINOR"));
             }
             next.insert(leg.account_id, t);
             effects.push(LegEffect {

@@ -80,7 +80,8 @@ pub fn validate_idempotency_key(key: &str) -> Result<(), LedgerError> {
         return Err(LedgerError::new(
             Reason::IdempotencyKeyRequired,
             "idempotency_key is required: 1..=255 printable characters chosen by the caller, the same on every retry",
-        ));
+        )
+        .with("field", "idempotency_key"));
     }
     if key.len() > MAX_IDEMPOTENCY_KEY_BYTES {
         return Err(LedgerError::limit(
@@ -88,7 +89,8 @@ pub fn validate_idempotency_key(key: &str) -> Result<(), LedgerError> {
             "MAX_IDEMPOTENCY_KEY_BYTES",
             MAX_IDEMPOTENCY_KEY_BYTES,
             key.len(),
-        ));
+        )
+        .with("field", "idempotency_key"));
     }
     if key.chars().any(char::is_control) {
         return Err(LedgerError::new(
@@ -97,7 +99,8 @@ pub fn validate_idempotency_key(key: &str) -> Result<(), LedgerError> {
                 "idempotency_key {:?} contains a control character; keys must be printable",
                 truncate_for_message(key)
             ),
-        ));
+        )
+        .with("field", "idempotency_key"));
     }
     Ok(())
 }
@@ -110,13 +113,15 @@ pub fn validate_text(field: &str, text: &str) -> Result<(), LedgerError> {
             "MAX_MEMO_BYTES",
             MAX_MEMO_BYTES,
             text.len(),
-        ));
+        )
+        .with("field", field));
     }
     if text.contains('\0') {
         return Err(LedgerError::new(
             Reason::InvalidField,
             format!("{field} contains a NUL character"),
-        ));
+        )
+        .with("field", field));
     }
     Ok(())
 }
@@ -128,7 +133,8 @@ pub fn validate_effective_at(at: Option<OffsetDateTime>) -> Result<(), LedgerErr
             return Err(LedgerError::new(
                 Reason::InvalidField,
                 format!("effective_at {at} is outside years 1900..=9999"),
-            ));
+            )
+            .with("field", "effective_at"));
         }
     }
     Ok(())
@@ -146,28 +152,31 @@ impl PostRequest {
                     "a posting needs at least {MIN_LEGS} legs, got {} (limit MIN_LEGS)",
                     self.legs.len()
                 ),
-            ));
+            )
+            .with("field", "legs")
+            .with("limit", "MIN_LEGS"));
         }
         if self.legs.len() > MAX_LEGS {
-            return Err(LedgerError::limit(
-                "leg count",
-                "MAX_LEGS",
-                MAX_LEGS,
-                self.legs.len(),
-            ));
+            return Err(
+                LedgerError::limit("leg count", "MAX_LEGS", MAX_LEGS, self.legs.len())
+                    .with("field", "legs"),
+            );
         }
         validate_text("memo", &self.memo)?;
         validate_metadata(&self.metadata)?;
         validate_effective_at(self.effective_at)?;
         let mut codes = Vec::new();
         for (i, leg) in self.legs.iter().enumerate() {
-            validate_code(&leg.account)
-                .map_err(|e| LedgerError::new(e.reason, format!("leg {i}: {}", e.message)))?;
+            validate_code(&leg.account).map_err(|e| LedgerError {
+                message: format!("leg {i}: {}", e.message),
+                ..e.with("field", format!("legs[{i}].account"))
+            })?;
             if leg.direction.is_none() {
                 return Err(LedgerError::new(
                     Reason::InvalidField,
                     format!("leg {i}: direction must be DIRECTION_DEBIT or DIRECTION_CREDIT"),
-                ));
+                )
+                .with("field", format!("legs[{i}].direction")));
             }
             if !codes.contains(&leg.account) {
                 codes.push(leg.account.clone());
@@ -188,13 +197,15 @@ impl PostRequest {
                     Reason::AccountNotFound,
                     format!("leg {i}: account {:?} does not exist", leg.account),
                 )
+                .with("account", &leg.account)
+                .with("field", format!("legs[{i}].account"))
             })?;
             let amount = Amount::parse_positive(&leg.amount, account.scale).map_err(|e| {
                 let reason = match e {
                     AmountError::TooManyDecimals { .. } => Reason::AmountScale,
                     _ => Reason::InvalidAmount,
                 };
-                LedgerError::new(
+                let err = LedgerError::new(
                     reason,
                     format!(
                         "leg {i}: amount {:?} for account {:?} {e}",
@@ -202,6 +213,12 @@ impl PostRequest {
                         leg.account
                     ),
                 )
+                .with("account", &leg.account)
+                .with("field", format!("legs[{i}].amount"));
+                match e {
+                    AmountError::TooLarge => err.with("limit", "MAX_AMOUNT_DIGITS"),
+                    _ => err,
+                }
             })?;
             legs.push(Leg {
                 account_id: account.id,
@@ -247,7 +264,8 @@ pub fn check_balanced(legs: &[Leg]) -> Result<(), LedgerError> {
                     e.2,
                     leg.amount.scale()
                 ),
-            ));
+            )
+            .with("currency", &leg.currency));
         }
     }
     let multi = sums.len() > 1;
@@ -268,7 +286,8 @@ pub fn check_balanced(legs: &[Leg]) -> Result<(), LedgerError> {
                     format_minor(*debits, *scale),
                     format_minor(*credits, *scale)
                 ),
-            ));
+            )
+            .with("currency", currency));
         }
     }
     Ok(())
@@ -303,6 +322,7 @@ pub fn parse_posting_id(id: &str) -> Result<Uuid, LedgerError> {
                 truncate_for_message(id)
             ),
         )
+        .with("posting_id", truncate_for_message(id))
     })
 }
 

@@ -108,7 +108,8 @@ impl Ledger {
                             a.code,
                             diff.join(", ")
                         ),
-                    ))
+                    )
+                    .with("account", &a.code))
                 }
             }
         }
@@ -157,6 +158,7 @@ impl Ledger {
                     Reason::AccountNotFound,
                     format!("account {code:?} does not exist"),
                 )
+                .with("account", code)
             })
     }
 
@@ -182,7 +184,8 @@ impl Ledger {
             return Err(LedgerError::new(
                 Reason::PostingNotFound,
                 format!("posting {} does not exist", valid.target),
-            ));
+            )
+            .with("posting_id", valid.target));
         }
         self.writer
             .submit(caller.to_owned(), Command::Void(valid))
@@ -201,6 +204,7 @@ impl Ledger {
                     Reason::PostingNotFound,
                     format!("posting {id} does not exist"),
                 )
+                .with("posting_id", id)
             })
     }
 
@@ -220,11 +224,13 @@ impl Ledger {
             Some(Err(rejected)) => Err(LedgerError::new(
                 Reason::PostingNotFound,
                 format!("idempotency key {key:?} made no posting: it was rejected with {rejected}"),
-            )),
+            )
+            .with("idempotency_key", key)),
             None => Err(LedgerError::new(
                 Reason::PostingNotFound,
                 format!("no posting has idempotency key {key:?} for caller {caller:?}"),
-            )),
+            )
+            .with("idempotency_key", key)),
         }
     }
 

@@ -232,7 +232,8 @@ const CLAIM_SQL: &str = "WITH u AS (
 
 /// The stored decision of keys decided before this batch (run only when the claim left some
 /// keys unclaimed).
-const DECIDED_SQL: &str = "SELECT u.n, k.operation, k.fingerprint, p.sequence, r.reason, r.message
+const DECIDED_SQL: &str =
+    "SELECT u.n, k.operation, k.fingerprint, p.sequence, r.reason, r.message, r.metadata
      FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(c, k, n)
      JOIN idempotency_keys k ON k.caller = u.c AND k.idempotency_key = u.k
      LEFT JOIN postings p ON p.key_id = k.key_id
@@ -447,7 +448,7 @@ async fn apply_in_transaction(
                     Some(e) => Err(e.clone()),
                     None => Ok(Ok(postings.remove(&seq).expect("replayed posting loaded"))),
                 },
-                None => stored_rejection(key, r.get("reason"), r.get("message"))
+                None => stored_rejection(key, r.get("reason"), r.get("message"), r.get("metadata"))
                     .map(Err)
                     .map_err(StorageError::into_ledger_error),
             };
@@ -578,7 +579,8 @@ async fn apply_in_transaction(
                             "posting {} is itself a void (of {of}); a void cannot be voided",
                             target.posting_id
                         ),
-                    ))
+                    )
+                    .with("posting_id", target.posting_id))
                 } else if let Some(by) = target
                     .voided_by_posting_id
                     .or_else(|| voided_now.get(&target.posting_id).copied())
@@ -589,7 +591,8 @@ async fn apply_in_transaction(
                             "posting {} was already voided by posting {by}",
                             target.posting_id
                         ),
-                    ))
+                    )
+                    .with("posting_id", target.posting_id))
                 } else {
                     let legs = target
                         .legs
@@ -690,7 +693,8 @@ async fn apply_in_transaction(
                         r.caller,
                         d.operation
                     ),
-                ));
+                )
+                .with("idempotency_key", r.command.key()));
             }
             d.outcome.clone().map(|posting| Decided { posting, replayed: true })
         })
@@ -832,6 +836,7 @@ struct Rows {
     r_key: Vec<String>,
     r_reason: Vec<String>,
     r_message: Vec<String>,
+    r_metadata: Vec<serde_json::Value>,
     last_seq_of_account: HashMap<i64, i64>,
     scale_of_account: HashMap<i64, u8>,
 }
@@ -914,6 +919,7 @@ impl Rows {
         self.r_key.push(key.to_owned());
         self.r_reason.push(e.reason.as_str().to_owned());
         self.r_message.push(e.message.clone());
+        self.r_metadata.push(metadata_to_json(&e.metadata));
     }
 
     /// Writes the batch and commits: one statement per table, prepared once per connection,
@@ -951,8 +957,8 @@ impl Rows {
                       AS u(s, l, a, d, am, v, da, ca, r, e)"
             ),
             client.prepare_cached(
-                "INSERT INTO rejections (caller, idempotency_key, reason, message)
-                 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[])"
+                "INSERT INTO rejections (caller, idempotency_key, reason, message, metadata)
+                 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[])"
             ),
             client.prepare_cached(
                 "INSERT INTO outbox (sequence, posting_id, created_at)
@@ -1016,7 +1022,13 @@ impl Rows {
             client
                 .execute(
                     &rejections_st,
-                    &[&self.r_caller, &self.r_key, &self.r_reason, &self.r_message],
+                    &[
+                        &self.r_caller,
+                        &self.r_key,
+                        &self.r_reason,
+                        &self.r_message,
+                        &self.r_metadata,
+                    ],
                 )
                 .await
         };

@@ -37,6 +37,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0008_postings_name_their_key_by_number",
         include_str!("../../migrations/0008_postings_name_their_key_by_number.sql"),
     ),
+    (
+        "0009_rejection_facts",
+        include_str!("../../migrations/0009_rejection_facts.sql"),
+    ),
 ];
 
 /// Applies every migration not yet applied. Safe to run from several processes at once.

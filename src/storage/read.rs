@@ -158,7 +158,7 @@ pub async fn posting_by_key(
 ) -> Result<Option<Result<Posting, LedgerError>>, StorageError> {
     let row = client
         .query_opt(
-            "SELECT p.sequence, r.reason, r.message FROM idempotency_keys k
+            "SELECT p.sequence, r.reason, r.message, r.metadata FROM idempotency_keys k
              LEFT JOIN postings p ON p.key_id = k.key_id
              LEFT JOIN rejections r ON r.caller = k.caller AND r.idempotency_key = k.idempotency_key
              WHERE k.caller = $1 AND k.idempotency_key = $2",
@@ -172,6 +172,7 @@ pub async fn posting_by_key(
             key,
             row.get("reason"),
             row.get("message"),
+            row.get("metadata"),
         )?))),
     }
 }
@@ -181,6 +182,7 @@ pub(crate) fn stored_rejection(
     key: &str,
     reason: Option<String>,
     message: Option<String>,
+    metadata: Option<serde_json::Value>,
 ) -> Result<LedgerError, StorageError> {
     let corrupt = |detail: String| StorageError::Corrupt {
         row: format!("decision of idempotency key {key:?}"),
@@ -197,7 +199,13 @@ pub(crate) fn stored_rejection(
             "rejection reason {reason:?} is not one of the ledger's"
         ))
     })?;
-    Ok(LedgerError::new(reason, message))
+    let metadata =
+        metadata_from_json(metadata.unwrap_or_else(|| serde_json::json!({}))).map_err(corrupt)?;
+    Ok(LedgerError {
+        reason,
+        message,
+        metadata,
+    })
 }
 
 /// Postings in sequence order after `after`, optionally only those touching an account.

@@ -151,6 +151,16 @@ async fn insufficient_funds_is_rejected_whole_and_its_key_replays_the_rejection_
         err.message(),
         "the same decision, word for word"
     );
+    let facts = |s: &tonic::Status| {
+        tonic_types::StatusExt::get_details_error_info(s)
+            .unwrap()
+            .metadata
+    };
+    assert_eq!(
+        facts(&err).get("account").map(String::as_str),
+        Some("acct:0")
+    );
+    assert_eq!(facts(&again), facts(&err), "and with the same facts");
     assert_eq!(t.count("postings").await, 2);
     assert_eq!(t.count("outbox").await, 2, "a rejection publishes nothing");
 }

@@ -240,6 +240,12 @@ async fn each_limit_is_enforced_at_its_bound_and_named_in_the_error_beyond_it() 
             (Err(e), Err((reason, limit))) => {
                 assert_error(&e, Code::InvalidArgument, reason);
                 assert!(e.message().contains(limit), "{what}: {}", e.message());
+                let info = tonic_types::StatusExt::get_details_error_info(&e).unwrap();
+                assert_eq!(
+                    info.metadata.get("limit").map(String::as_str),
+                    Some(limit),
+                    "{what}"
+                );
             }
             (got, want) => panic!("{what}: got {got:?}, want {want:?}"),
         }

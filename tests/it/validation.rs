@@ -298,7 +298,13 @@ async fn a_nul_in_any_string_field_of_any_request_is_refused_as_invalid_before_i
     for field in &fields {
         let (result, code, reason) = call(&t, field).await;
         match result {
-            Err(s) if s.code() == code && crate::support::reason(&s) == reason => {}
+            Err(s) if s.code() == code && crate::support::reason(&s) == reason => {
+                let info = tonic_types::StatusExt::get_details_error_info(&s).unwrap();
+                let facts = ["field", "account", "posting_id"];
+                if !facts.iter().any(|f| info.metadata.contains_key(*f)) {
+                    wrong.push(format!("{field}: no fact names the field: {info:?}"));
+                }
+            }
             other => wrong.push(format!("{field}: want {code:?}/{reason}, got {other:?}")),
         }
     }
