@@ -131,7 +131,10 @@ fn classify(e: jetstream::context::PublishError) -> Failure {
             error,
             stream_missing: false,
         },
-        PublishErrorKind::WrongLastSequence | PublishErrorKind::Other => Failure::Refused(error),
+        // An event larger than the broker's max_payload can never go out as it is.
+        PublishErrorKind::WrongLastSequence
+        | PublishErrorKind::MaxPayloadExceeded
+        | PublishErrorKind::Other => Failure::Refused(error),
     }
 }
 
