@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure-deps.sh
-cargo fmt --check
-cargo clippy --locked --all-targets -- -D warnings
-cargo test --locked --lib --tests -- --test-threads "${LEDGER_TEST_THREADS:-4}"
+cargo fmt --all --check
+cargo clippy --locked --workspace --all-targets -- -D warnings
+cargo test --locked --workspace --lib --tests -- --test-threads "${LEDGER_TEST_THREADS:-4}"

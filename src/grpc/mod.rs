@@ -5,15 +5,12 @@ pub mod convert;
 pub mod handlers;
 pub mod status;
 
-/// Generated protobuf and tonic code for `ledger.v1`.
-#[allow(clippy::all, missing_docs)]
-pub mod pb {
-    tonic::include_proto!("ledger.v1");
-}
+/// The contract's generated protobuf and tonic code (`ledger.v1`), shared with the client
+/// crate so server and clients use one set of types.
+pub use ledger_client::pb;
 
 /// The encoded descriptor set of `ledger.v1` (served by reflection).
-pub const FILE_DESCRIPTOR_SET: &[u8] =
-    include_bytes!(concat!(env!("OUT_DIR"), "/ledger_descriptor.bin"));
+pub use ledger_client::FILE_DESCRIPTOR_SET;
 
 /// The authenticated caller of a request (set by the auth layer; `anonymous` without one).
 #[derive(Clone, Debug, PartialEq, Eq)]

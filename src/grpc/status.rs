@@ -53,4 +53,22 @@ mod tests {
             assert_ne!(s.code(), Code::Unknown);
         }
     }
+
+    #[test]
+    fn the_client_crate_knows_every_reason_the_server_answers_with() {
+        for &r in ALL_REASONS {
+            assert!(
+                ledger_client::Reason::parse(r.as_str()).is_some(),
+                "ledger-client has no {}",
+                r.as_str()
+            );
+        }
+        for r in ledger_client::Reason::ALL {
+            assert!(
+                crate::domain::Reason::from_str_exact(r.as_str()).is_some(),
+                "the server has no {}",
+                r.as_str()
+            );
+        }
+    }
 }

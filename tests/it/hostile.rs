@@ -277,7 +277,7 @@ async fn every_rpc(t: &TestLedger, f: Fields) -> Vec<(&'static str, Result<(), t
                 currency: f.currency.clone(),
                 scale: f.scale,
                 normal_balance: f.enum_value,
-                allow_negative: f.scale % 2 == 0,
+                allow_negative: f.scale.is_multiple_of(2),
                 metadata: f.metadata.clone(),
             })
             .await
@@ -304,7 +304,7 @@ async fn every_rpc(t: &TestLedger, f: Fields) -> Vec<(&'static str, Result<(), t
         (
             "GetPosting",
             c.get_posting(pb::GetPostingRequest {
-                by: Some(if f.scale % 2 == 0 {
+                by: Some(if f.scale.is_multiple_of(2) {
                     pb::get_posting_request::By::PostingId(f.code.clone())
                 } else {
                     pb::get_posting_request::By::IdempotencyKey(f.key.clone())
