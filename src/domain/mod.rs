@@ -11,6 +11,7 @@ pub mod page_token;
 pub mod posting;
 pub mod record;
 pub mod statement;
+pub mod write;
 
 pub use account::{Account, Direction, Metadata, NewAccount, NormalBalance};
 pub use amount::Amount;
