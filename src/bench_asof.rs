@@ -228,11 +228,12 @@ async fn scenario(args: &BenchAsOfArgs, url: &str) -> Result<(), BoxError> {
         )
     };
     server.shutdown().await?;
-    println!(
+    let summary = format!(
         r#"{{"scenario":"as-of","legs":{},"irregular_legs":{irregular},"load_seconds":{load_secs:.1},"get_balance":[{}],"write":{write}}}"#,
         args.legs,
         reads.join(","),
     );
+    crate::cli::print_out(&format!("{summary}\n"))?;
     Ok(())
 }
 

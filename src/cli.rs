@@ -4,6 +4,7 @@ use crate::embedded_pg::{EmbeddedPg, PgOptions};
 use crate::server::{self, ServerOptions};
 use crate::storage::DEFAULT_POOL_SIZE;
 use clap::{Parser, Subcommand};
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -184,10 +185,32 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("ledger: {e}");
+            // Not eprintln!, which panics when stderr is a closed pipe.
+            let _ = writeln!(std::io::stderr(), "ledger: {e}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Writes a command's output to stdout. A reader that stopped reading (`ledger report … |
+/// head -3`) closed the pipe: the rest is dropped without a word and the command ends with the
+/// status it would have had, as for a reader that read it all. Any other failure to write (say
+/// a full disk under `> file`) is an error.
+///
+/// Why not the default SIGPIPE disposition, as C tools have: a client's sockets would raise it
+/// too (a vectored write to a connection its peer closed), killing `check` or `bench` without
+/// the error they report; Rust ignores SIGPIPE so such writes fail with an error instead.
+pub fn print_out(text: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
+/// [`print_out`] for the commands of this module, whose errors are boxed.
+fn print(text: &str) -> Result<(), BoxError> {
+    print_out(text).map_err(|e| format!("cannot write to stdout: {e}").into())
 }
 
 fn init_logging() {
@@ -277,24 +300,15 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             let role = crate::access::auth::Role::parse(&role)
                 .ok_or_else(|| format!("role {role:?} is not `writer` or `reader`"))?;
             let token = crate::access::auth::new_token();
-            println!("{token}");
-            println!("{}", crate::access::auth::auth_line(&caller, role, &token));
+            let line = crate::access::auth::auth_line(&caller, role, &token);
+            print(&format!("{token}\n{line}\n"))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Migrate { db } => {
             let (url, pg) = database(&db).await?;
-            let applied = crate::storage::migrate(&url).await;
+            let result = migrate(&url).await;
             stop_embedded(pg).await?;
-            let applied = applied?;
-            println!(
-                "migrations applied: {}",
-                if applied.is_empty() {
-                    "none (up to date)".to_string()
-                } else {
-                    applied.join(", ")
-                }
-            );
-            Ok(ExitCode::SUCCESS)
+            result
         }
         Command::Bench(args) => {
             crate::bench::run(args).await?;
@@ -311,23 +325,42 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
     }
 }
 
+/// Applies the pending migrations and says which.
+async fn migrate(url: &str) -> Result<ExitCode, BoxError> {
+    let applied = crate::storage::migrate(url).await?;
+    let applied = if applied.is_empty() {
+        "none (up to date)".to_string()
+    } else {
+        applied.join(", ")
+    };
+    print(&format!("migrations applied: {applied}\n"))?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Prints the invariant report; the exit code is 1 when any invariant is violated.
 async fn check(url: &str) -> Result<ExitCode, BoxError> {
+    use std::fmt::Write as _;
     let mut client = crate::storage::connect(url).await?;
     let findings = crate::storage::check::run(&mut client).await?;
     let mut violated = 0;
+    let mut report = String::new();
     for f in &findings {
         if f.violations == 0 {
-            println!("ok    {}", f.name);
+            let _ = writeln!(report, "ok    {}", f.name);
         } else {
             violated += 1;
-            println!("FAIL  {} ({} violations)", f.name, f.violations);
+            let _ = writeln!(report, "FAIL  {} ({} violations)", f.name, f.violations);
             for e in &f.examples {
-                println!("        {e}");
+                let _ = writeln!(report, "        {e}");
             }
         }
     }
-    println!("{} invariants checked, {violated} violated", findings.len());
+    let _ = writeln!(
+        report,
+        "{} invariants checked, {violated} violated",
+        findings.len()
+    );
+    print(&report)?;
     Ok(if violated == 0 {
         ExitCode::SUCCESS
     } else {

@@ -14,6 +14,7 @@ mod hostile;
 mod idempotency;
 mod ops;
 mod outbox;
+mod pipes;
 mod posting;
 mod reads;
 mod server_surface;
