@@ -71,6 +71,7 @@ pub async fn run(args: BenchAsOfArgs) -> Result<ExitCode, BoxError> {
         None => {
             let mut opts = PgOptions::new(args.data_dir.clone());
             opts.fast_unsafe = false;
+            opts.holder = "ledger bench-as-of".into();
             let pg = tokio::task::spawn_blocking(move || EmbeddedPg::start(opts)).await??;
             pg.create_database_if_missing("ledger")?;
             let url = pg.connection_string("ledger");

@@ -1,6 +1,6 @@
 //! The `ledger` command line: serve, migrate, and the operator and client commands.
 
-use crate::embedded_pg::{EmbeddedPg, PgOptions};
+use crate::embedded_pg::{EmbeddedPg, EmbeddedPgError, PgOptions};
 use crate::server::{self, ServerOptions};
 use crate::storage::DEFAULT_POOL_SIZE;
 use clap::{Parser, Subcommand};
@@ -229,22 +229,50 @@ fn init_logging() {
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// Whether a command may use the embedded PostgreSQL of a data directory another process
+/// holds (see [`database`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Holding {
+    /// Only its own: `serve` refuses a data directory in use.
+    Exclusive,
+    /// Its own, or the holder's as a client (`check`, `migrate`), leaving it running.
+    OrBorrow,
+}
+
 /// The database to use: the given URL, or the embedded PostgreSQL started now (stopped when
-/// the returned guard drops).
-async fn database(db: &DbArgs) -> Result<(String, Option<EmbeddedPg>), BoxError> {
-    match &db.database_url {
-        Some(url) => Ok((url.clone(), None)),
-        None => {
-            let opts = PgOptions {
-                data_dir: db.data_dir.clone(),
-                fast_unsafe: false,
-                port: 5432,
-            };
-            let pg = tokio::task::spawn_blocking(move || EmbeddedPg::start(opts)).await??;
-            let url = pg.connection_string("ledger");
+/// the returned guard drops), or, for [`Holding::OrBorrow`], the running one of the process
+/// holding the data directory (no guard: it is not ours to stop).
+async fn database(
+    db: &DbArgs,
+    command: &str,
+    holding: Holding,
+) -> Result<(String, Option<EmbeddedPg>), BoxError> {
+    if let Some(url) = &db.database_url {
+        return Ok((url.clone(), None));
+    }
+    let opts = PgOptions {
+        data_dir: db.data_dir.clone(),
+        fast_unsafe: false,
+        port: 5432,
+        holder: format!("ledger {command}"),
+    };
+    match tokio::task::spawn_blocking(move || EmbeddedPg::start(opts)).await? {
+        Ok(pg) => {
             tracing::info!(data_dir = %db.data_dir.display(), "using the embedded PostgreSQL");
-            Ok((url, Some(pg)))
+            Ok((pg.connection_string("ledger"), Some(pg)))
         }
+        Err(EmbeddedPgError::InUse(in_use)) if holding == Holding::OrBorrow => {
+            let url = in_use.connection_string("ledger");
+            let _ = writeln!(
+                std::io::stderr(),
+                "ledger: using the PostgreSQL of the running {} in {}; it stays running \
+                 (the same as --database-url '{url}')",
+                in_use.who(),
+                in_use.data_dir.display()
+            );
+            Ok((url, None))
+        }
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -266,7 +294,7 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             ops,
         } => {
             let ops = ops.load(db.database_url.is_none())?;
-            let (url, pg) = database(&db).await?;
+            let (url, pg) = database(&db, "serve", Holding::Exclusive).await?;
             let result = serve(listen, url, pool_size, outbox, ops).await;
             stop_embedded(pg).await?;
             result?;
@@ -305,7 +333,7 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Migrate { db } => {
-            let (url, pg) = database(&db).await?;
+            let (url, pg) = database(&db, "migrate", Holding::OrBorrow).await?;
             let result = migrate(&url).await;
             stop_embedded(pg).await?;
             result
@@ -315,7 +343,7 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Check { db } => {
-            let (url, pg) = database(&db).await?;
+            let (url, pg) = database(&db, "check", Holding::OrBorrow).await?;
             let result = check(&url).await;
             stop_embedded(pg).await?;
             result
