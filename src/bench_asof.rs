@@ -13,7 +13,7 @@
 use crate::embedded_pg::{EmbeddedPg, PgOptions};
 use crate::grpc::pb;
 use crate::grpc::pb::ledger_client::LedgerClient;
-use crate::server::{self, ServerOptions};
+use crate::server::{self, OpsOptions, ServerOptions};
 use hdrhistogram::Histogram;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -78,7 +78,16 @@ pub async fn run(args: BenchAsOfArgs) -> Result<ExitCode, BoxError> {
             (url, Some(pg))
         }
     };
-    let result = scenario(&args, &url).await;
+    // On its own PostgreSQL the server logs in as `ledger serve` does on the embedded one.
+    let ops = match pg {
+        Some(_) => OpsOptions {
+            db_login: Some(crate::storage::roles::SERVICE_LOGIN.to_owned()),
+            db_role: Some(crate::storage::APP_ROLE.to_owned()),
+            ..Default::default()
+        },
+        None => Default::default(),
+    };
+    let result = scenario(&args, &url, ops).await;
     if let Some(mut pg) = pg {
         pg.set_remove_on_drop(true);
         tokio::task::spawn_blocking(move || pg.stop()).await??;
@@ -87,7 +96,7 @@ pub async fn run(args: BenchAsOfArgs) -> Result<ExitCode, BoxError> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn scenario(args: &BenchAsOfArgs, url: &str) -> Result<(), BoxError> {
+async fn scenario(args: &BenchAsOfArgs, url: &str, ops: OpsOptions) -> Result<(), BoxError> {
     crate::storage::migrate(url).await?;
     let db = crate::storage::connect(url).await?;
     let existing: i64 = db
@@ -119,7 +128,7 @@ async fn scenario(args: &BenchAsOfArgs, url: &str) -> Result<(), BoxError> {
         listen: "127.0.0.1:0".parse()?,
         database_url: url.to_owned(),
         pool_size: crate::storage::DEFAULT_POOL_SIZE,
-        ops: Default::default(),
+        ops,
     })
     .await?;
     let endpoint = format!("http://{}", server.local_addr);

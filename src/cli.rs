@@ -48,9 +48,18 @@ struct OutboxArgs {
 }
 
 impl OutboxArgs {
-    fn publisher(&self, database_url: &str) -> Option<crate::outbox::PublisherOptions> {
+    /// The publisher's options; it logs in as `login` acting as `role` when given (those of
+    /// the server's pool in `serve`).
+    fn publisher(
+        &self,
+        database_url: &str,
+        login: Option<&str>,
+        role: Option<&str>,
+    ) -> Option<crate::outbox::PublisherOptions> {
         Some(crate::outbox::PublisherOptions {
             database_url: database_url.to_owned(),
+            db_login: login.map(str::to_owned),
+            db_role: role.map(str::to_owned),
             nats_url: self.nats_url.clone()?,
             duplicate_window: self.nats_duplicate_window,
             retention: self.outbox_retention,
@@ -126,8 +135,9 @@ struct OpsArgs {
     /// Address of the Prometheus endpoint (`/metrics`); off without it.
     #[arg(long, env = "LEDGER_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
-    /// Database role the service acts as (`SET ROLE`); migrations run as the login user.
-    /// Default: `ledger_app` with the embedded PostgreSQL, none with --database-url; "" for none.
+    /// Database role the service acts as (`SET ROLE`). Default: `ledger_app` with the embedded
+    /// PostgreSQL (whose pool logs in as `ledger_svc`; migrations run as `postgres`), none with
+    /// --database-url (whose user is the service's login); "" for none.
     #[arg(long, env = "LEDGER_DB_ROLE")]
     db_role: Option<String>,
 }
@@ -164,11 +174,15 @@ impl OpsArgs {
             None if embedded => Some(crate::storage::APP_ROLE.to_owned()),
             None => None,
         };
+        // The embedded cluster trusts its socket: the service logs in as its own login there,
+        // not as the superuser that owns the schema (which still runs the migrations).
+        let db_login = embedded.then(|| crate::storage::roles::SERVICE_LOGIN.to_owned());
         Ok(server::OpsOptions {
             auth,
             tls,
             metrics_listen: self.metrics_listen,
             db_role,
+            db_login,
         })
     }
 }
@@ -304,7 +318,7 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             database_url,
             outbox,
         } => {
-            let Some(opts) = outbox.publisher(&database_url) else {
+            let Some(opts) = outbox.publisher(&database_url, None, None) else {
                 return Err("ledger relay needs --nats-url (env LEDGER_NATS_URL)".into());
             };
             crate::storage::migrate(&database_url).await?;
@@ -403,7 +417,12 @@ async fn serve(
     outbox: OutboxArgs,
     ops: server::OpsOptions,
 ) -> Result<(), BoxError> {
-    let publisher_opts = outbox.publisher(&database_url);
+    // The in-process publisher logs in as the pool does.
+    let publisher_opts = outbox.publisher(
+        &database_url,
+        ops.db_login.as_deref(),
+        ops.db_role.as_deref(),
+    );
     let server = server::start(ServerOptions {
         listen,
         database_url,

@@ -28,8 +28,9 @@
 //! run as the unprivileged `postgres` system user (the Debian packages create it), and the data
 //! directory is handed over to that user. Otherwise the programs run as the current user.
 //!
-//! Authentication is `trust` for the superuser `postgres`; access is guarded by the permissions of
-//! the socket directory (mode 0700, owned by the user the server runs as; root gets through).
+//! Authentication is `trust` (the superuser `postgres` and the service's login `ledger_svc`,
+//! which [`EmbeddedPg::start`] creates); access is guarded by the permissions of the socket
+//! directory (mode 0700, owned by the user the server runs as; root gets through).
 //!
 //! All functions here are blocking (`std::process`); async callers should use
 //! `tokio::task::spawn_blocking`.
@@ -185,7 +186,7 @@ pub enum EmbeddedPgError {
         /// Its stdout and stderr, and the end of the server log when relevant.
         output: String,
     },
-    /// The server started but a database could not be checked or created.
+    /// The server started but a database or role could not be checked or created.
     Database(String),
     /// Another live process holds the data directory (see [`InUse`]).
     InUse(InUse),
@@ -281,7 +282,8 @@ impl EmbeddedPg {
     /// directory (say the previous ledger process was killed) it is adopted.
     ///
     /// Fails with [`EmbeddedPgError::InUse`] when another live process holds the directory
-    /// (before touching the cluster).
+    /// (before touching the cluster). Creates the service's login
+    /// ([`SERVICE_LOGIN`](crate::storage::roles::SERVICE_LOGIN)) if missing.
     ///
     /// Blocking: call it from `tokio::task::spawn_blocking` in async code.
     pub fn start(opts: PgOptions) -> Result<EmbeddedPg, EmbeddedPgError> {
@@ -325,6 +327,7 @@ impl EmbeddedPg {
         }
         pg.start_server()?;
         pg.create_database_if_missing(DEFAULT_DATABASE)?;
+        pg.create_service_login()?;
         tracing::info!(
             data_dir = %pg.data_dir.display(),
             socket_dir = %pg.socket_dir.display(),
@@ -442,24 +445,24 @@ impl EmbeddedPg {
     pub fn create_database_if_missing(&self, name: &str) -> Result<(), EmbeddedPgError> {
         let conn_string = self.connection_string("postgres");
         let name = name.to_owned();
-        // A private single-threaded runtime on a thread of its own: this works whether or not
-        // the caller is inside a tokio runtime.
-        let worker = std::thread::Builder::new()
-            .name("embedded-pg-createdb".into())
-            .spawn(move || -> Result<(), String> {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| format!("cannot build a tokio runtime: {e}"))?;
-                rt.block_on(create_database_async(&conn_string, &name))
-            })
-            .map_err(io_err("cannot spawn a thread"))?;
-        match worker.join() {
-            Ok(result) => result.map_err(EmbeddedPgError::Database),
-            Err(_) => Err(EmbeddedPgError::Database(
-                "the thread creating the database panicked".into(),
-            )),
-        }
+        on_own_runtime("creating the database", async move {
+            create_database_async(&conn_string, &name).await
+        })
+    }
+
+    /// Creates the service's login and the application role unless they exist
+    /// ([`crate::storage::roles::ensure_service_login`]): the embedded default's pool logs in
+    /// as that login, which cannot become the superuser that owns the schema.
+    pub fn create_service_login(&self) -> Result<(), EmbeddedPgError> {
+        let conn_string = self.connection_string("postgres");
+        on_own_runtime("creating the service's login", async move {
+            let client = crate::storage::connect(&conn_string)
+                .await
+                .map_err(|e| format!("cannot connect with `{conn_string}`: {e}"))?;
+            crate::storage::roles::ensure_service_login(&client)
+                .await
+                .map_err(|e| format!("cannot create the service's login: {e}"))
+        })
     }
 
     /// Runs `initdb` into an empty `pgdata`.
@@ -774,6 +777,30 @@ impl Drop for EmbeddedPg {
             tracing::warn!(error = %err, "fast stop of embedded PostgreSQL failed; stopping it immediately");
             let _ = self.stop_immediate();
         }
+    }
+}
+
+/// Runs `work` to its end on a private single-threaded runtime on a thread of its own, so it
+/// works whether or not the caller is inside a tokio runtime.
+fn on_own_runtime(
+    what: &str,
+    work: impl std::future::Future<Output = Result<(), String>> + Send + 'static,
+) -> Result<(), EmbeddedPgError> {
+    let worker = std::thread::Builder::new()
+        .name("embedded-pg-admin".into())
+        .spawn(move || -> Result<(), String> {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("cannot build a tokio runtime: {e}"))?;
+            rt.block_on(work)
+        })
+        .map_err(io_err("cannot spawn a thread"))?;
+    match worker.join() {
+        Ok(result) => result.map_err(EmbeddedPgError::Database),
+        Err(_) => Err(EmbeddedPgError::Database(format!(
+            "the thread {what} panicked"
+        ))),
     }
 }
 

@@ -6,6 +6,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn serve(data_dir: &std::path::Path, port: u16) -> Child {
+    serve_with(data_dir, port, &[])
+}
+
+fn serve_with(data_dir: &std::path::Path, port: u16, extra: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_ledger"))
         .args([
             "serve",
@@ -14,6 +18,7 @@ fn serve(data_dir: &std::path::Path, port: u16) -> Child {
             "--data-dir",
         ])
         .arg(data_dir)
+        .args(extra)
         .env_remove("DATABASE_URL")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -342,6 +347,88 @@ async fn a_second_serve_on_a_data_dir_in_use_refuses_at_once_naming_the_first_on
     eprintln!("the second serve refused in {took:?}");
     assert_still_serving(&dir.0, postmaster, port, "after-second-serve").await;
     first.stop().await;
+}
+
+// ---- The embedded default's database login ------------------------------------------------
+
+/// A superuser session on the embedded PostgreSQL of `data_dir`, to look at it from outside.
+async fn embedded_superuser(data_dir: &std::path::Path) -> tokio_postgres::Client {
+    let socket_dir =
+        ledger::embedded_pg::EmbeddedPg::socket_dir_for(&std::fs::canonicalize(data_dir).unwrap());
+    let url = format!(
+        "host={} port=5432 user=postgres dbname=ledger application_name=test-probe",
+        socket_dir.display()
+    );
+    ledger::storage::connect(&url)
+        .await
+        .expect("the embedded PostgreSQL answers")
+}
+
+#[tokio::test]
+async fn the_embedded_server_and_its_outbox_publisher_log_in_as_a_login_that_is_no_superuser() {
+    let dir = DataDir::new();
+    let port = free_port();
+    // A broker nobody listens on: the publisher still takes its database session and lock.
+    let nats = format!("nats://127.0.0.1:{}", free_port());
+    let server = Serve(Some(serve_with(&dir.0, port, &["--nats-url", &nats])));
+    let mut c = client_when_up(port, Duration::from_secs(60)).await;
+    world_and_one_account(&mut c).await;
+    c.post(transfer("k", "equity:world", "acct:0", "1.00"))
+        .await
+        .unwrap();
+    let db = embedded_superuser(&dir.0).await;
+    let publisher_lock = ledger::storage::PUBLISHER_LOCK & 0xffff_ffff;
+    let began = Instant::now();
+    let publisher = loop {
+        let row = db
+            .query_opt(
+                "SELECT a.usename::text FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+                 WHERE l.locktype = 'advisory' AND l.granted AND l.objid = $1::bigint::oid",
+                &[&publisher_lock],
+            )
+            .await
+            .unwrap();
+        if let Some(row) = row {
+            break row.get::<_, String>(0);
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(60),
+            "the publisher never took its lock"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(publisher, "ledger_svc", "the outbox publisher's login");
+    let logins: Vec<String> = db
+        .query(
+            "SELECT DISTINCT usename::text FROM pg_stat_activity
+             WHERE datname = 'ledger' AND backend_type = 'client backend'
+               AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(logins, ["ledger_svc"], "every session of the server");
+    let role = db
+        .query_one(
+            "SELECT rolcanlogin, rolsuper, rolcreaterole, rolcreatedb, rolreplication,
+                    rolbypassrls, pg_has_role(oid, 'ledger_app', 'MEMBER'),
+                    pg_has_role(oid, 'postgres', 'MEMBER')
+             FROM pg_roles WHERE rolname = 'ledger_svc'",
+            &[],
+        )
+        .await
+        .unwrap();
+    let facts: Vec<bool> = (0..8).map(|i| role.get(i)).collect();
+    assert_eq!(
+        facts,
+        [true, false, false, false, false, false, true, false],
+        "LOGIN, no SUPERUSER/CREATEROLE/CREATEDB/REPLICATION/BYPASSRLS, a member of ledger_app \
+         and not of postgres"
+    );
+    server.stop().await;
 }
 
 #[tokio::test]

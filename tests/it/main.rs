@@ -17,6 +17,7 @@ mod outbox;
 mod pipes;
 mod posting;
 mod reads;
+mod roles;
 mod server_surface;
 mod throughput;
 mod upgrade;
