@@ -104,7 +104,7 @@ pub async fn run(args: BenchArgs) -> Result<(), BoxError> {
     let summary = match args.scenario {
         Scenario::Post => post_scenario(&args, &channels).await?,
     };
-    println!("{}", summary);
+    crate::cli::print_out(&format!("{summary}\n"))?;
     Ok(())
 }
 

@@ -13,7 +13,7 @@
 use crate::embedded_pg::{EmbeddedPg, PgOptions};
 use crate::grpc::pb;
 use crate::grpc::pb::ledger_client::LedgerClient;
-use crate::server::{self, ServerOptions};
+use crate::server::{self, OpsOptions, ServerOptions};
 use hdrhistogram::Histogram;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -71,13 +71,23 @@ pub async fn run(args: BenchAsOfArgs) -> Result<ExitCode, BoxError> {
         None => {
             let mut opts = PgOptions::new(args.data_dir.clone());
             opts.fast_unsafe = false;
+            opts.holder = "ledger bench-as-of".into();
             let pg = tokio::task::spawn_blocking(move || EmbeddedPg::start(opts)).await??;
             pg.create_database_if_missing("ledger")?;
             let url = pg.connection_string("ledger");
             (url, Some(pg))
         }
     };
-    let result = scenario(&args, &url).await;
+    // On its own PostgreSQL the server logs in as `ledger serve` does on the embedded one.
+    let ops = match pg {
+        Some(_) => OpsOptions {
+            db_login: Some(crate::storage::roles::SERVICE_LOGIN.to_owned()),
+            db_role: Some(crate::storage::APP_ROLE.to_owned()),
+            ..Default::default()
+        },
+        None => Default::default(),
+    };
+    let result = scenario(&args, &url, ops).await;
     if let Some(mut pg) = pg {
         pg.set_remove_on_drop(true);
         tokio::task::spawn_blocking(move || pg.stop()).await??;
@@ -86,7 +96,7 @@ pub async fn run(args: BenchAsOfArgs) -> Result<ExitCode, BoxError> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn scenario(args: &BenchAsOfArgs, url: &str) -> Result<(), BoxError> {
+async fn scenario(args: &BenchAsOfArgs, url: &str, ops: OpsOptions) -> Result<(), BoxError> {
     crate::storage::migrate(url).await?;
     let db = crate::storage::connect(url).await?;
     let existing: i64 = db
@@ -118,7 +128,7 @@ async fn scenario(args: &BenchAsOfArgs, url: &str) -> Result<(), BoxError> {
         listen: "127.0.0.1:0".parse()?,
         database_url: url.to_owned(),
         pool_size: crate::storage::DEFAULT_POOL_SIZE,
-        ops: Default::default(),
+        ops,
     })
     .await?;
     let endpoint = format!("http://{}", server.local_addr);
@@ -228,11 +238,12 @@ async fn scenario(args: &BenchAsOfArgs, url: &str) -> Result<(), BoxError> {
         )
     };
     server.shutdown().await?;
-    println!(
+    let summary = format!(
         r#"{{"scenario":"as-of","legs":{},"irregular_legs":{irregular},"load_seconds":{load_secs:.1},"get_balance":[{}],"write":{write}}}"#,
         args.legs,
         reads.join(","),
     );
+    crate::cli::print_out(&format!("{summary}\n"))?;
     Ok(())
 }
 

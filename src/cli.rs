@@ -1,9 +1,10 @@
 //! The `ledger` command line: serve, migrate, and the operator and client commands.
 
-use crate::embedded_pg::{EmbeddedPg, PgOptions};
+use crate::embedded_pg::{EmbeddedPg, EmbeddedPgError, PgOptions};
 use crate::server::{self, ServerOptions};
 use crate::storage::DEFAULT_POOL_SIZE;
 use clap::{Parser, Subcommand};
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -47,9 +48,18 @@ struct OutboxArgs {
 }
 
 impl OutboxArgs {
-    fn publisher(&self, database_url: &str) -> Option<crate::outbox::PublisherOptions> {
+    /// The publisher's options; it logs in as `login` acting as `role` when given (those of
+    /// the server's pool in `serve`).
+    fn publisher(
+        &self,
+        database_url: &str,
+        login: Option<&str>,
+        role: Option<&str>,
+    ) -> Option<crate::outbox::PublisherOptions> {
         Some(crate::outbox::PublisherOptions {
             database_url: database_url.to_owned(),
+            db_login: login.map(str::to_owned),
+            db_role: role.map(str::to_owned),
             nats_url: self.nats_url.clone()?,
             duplicate_window: self.nats_duplicate_window,
             retention: self.outbox_retention,
@@ -125,8 +135,9 @@ struct OpsArgs {
     /// Address of the Prometheus endpoint (`/metrics`); off without it.
     #[arg(long, env = "LEDGER_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
-    /// Database role the service acts as (`SET ROLE`); migrations run as the login user.
-    /// Default: `ledger_app` with the embedded PostgreSQL, none with --database-url; "" for none.
+    /// Database role the service acts as (`SET ROLE`). Default: `ledger_app` with the embedded
+    /// PostgreSQL (whose pool logs in as `ledger_svc`; migrations run as `postgres`), none with
+    /// --database-url (whose user is the service's login); "" for none.
     #[arg(long, env = "LEDGER_DB_ROLE")]
     db_role: Option<String>,
 }
@@ -163,11 +174,15 @@ impl OpsArgs {
             None if embedded => Some(crate::storage::APP_ROLE.to_owned()),
             None => None,
         };
+        // The embedded cluster trusts its socket: the service logs in as its own login there,
+        // not as the superuser that owns the schema (which still runs the migrations).
+        let db_login = embedded.then(|| crate::storage::roles::SERVICE_LOGIN.to_owned());
         Ok(server::OpsOptions {
             auth,
             tls,
             metrics_listen: self.metrics_listen,
             db_role,
+            db_login,
         })
     }
 }
@@ -184,10 +199,32 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("ledger: {e}");
+            // Not eprintln!, which panics when stderr is a closed pipe.
+            let _ = writeln!(std::io::stderr(), "ledger: {e}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Writes a command's output to stdout. A reader that stopped reading (`ledger report … |
+/// head -3`) closed the pipe: the rest is dropped without a word and the command ends with the
+/// status it would have had, as for a reader that read it all. Any other failure to write (say
+/// a full disk under `> file`) is an error.
+///
+/// Why not the default SIGPIPE disposition, as C tools have: a client's sockets would raise it
+/// too (a vectored write to a connection its peer closed), killing `check` or `bench` without
+/// the error they report; Rust ignores SIGPIPE so such writes fail with an error instead.
+pub fn print_out(text: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
+/// [`print_out`] for the commands of this module, whose errors are boxed.
+fn print(text: &str) -> Result<(), BoxError> {
+    print_out(text).map_err(|e| format!("cannot write to stdout: {e}").into())
 }
 
 fn init_logging() {
@@ -206,22 +243,50 @@ fn init_logging() {
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// Whether a command may use the embedded PostgreSQL of a data directory another process
+/// holds (see [`database`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Holding {
+    /// Only its own: `serve` refuses a data directory in use.
+    Exclusive,
+    /// Its own, or the holder's as a client (`check`, `migrate`), leaving it running.
+    OrBorrow,
+}
+
 /// The database to use: the given URL, or the embedded PostgreSQL started now (stopped when
-/// the returned guard drops).
-async fn database(db: &DbArgs) -> Result<(String, Option<EmbeddedPg>), BoxError> {
-    match &db.database_url {
-        Some(url) => Ok((url.clone(), None)),
-        None => {
-            let opts = PgOptions {
-                data_dir: db.data_dir.clone(),
-                fast_unsafe: false,
-                port: 5432,
-            };
-            let pg = tokio::task::spawn_blocking(move || EmbeddedPg::start(opts)).await??;
-            let url = pg.connection_string("ledger");
+/// the returned guard drops), or, for [`Holding::OrBorrow`], the running one of the process
+/// holding the data directory (no guard: it is not ours to stop).
+async fn database(
+    db: &DbArgs,
+    command: &str,
+    holding: Holding,
+) -> Result<(String, Option<EmbeddedPg>), BoxError> {
+    if let Some(url) = &db.database_url {
+        return Ok((url.clone(), None));
+    }
+    let opts = PgOptions {
+        data_dir: db.data_dir.clone(),
+        fast_unsafe: false,
+        port: 5432,
+        holder: format!("ledger {command}"),
+    };
+    match tokio::task::spawn_blocking(move || EmbeddedPg::start(opts)).await? {
+        Ok(pg) => {
             tracing::info!(data_dir = %db.data_dir.display(), "using the embedded PostgreSQL");
-            Ok((url, Some(pg)))
+            Ok((pg.connection_string("ledger"), Some(pg)))
         }
+        Err(EmbeddedPgError::InUse(in_use)) if holding == Holding::OrBorrow => {
+            let url = in_use.connection_string("ledger");
+            let _ = writeln!(
+                std::io::stderr(),
+                "ledger: using the PostgreSQL of the running {} in {}; it stays running \
+                 (the same as --database-url '{url}')",
+                in_use.who(),
+                in_use.data_dir.display()
+            );
+            Ok((url, None))
+        }
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -243,7 +308,7 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             ops,
         } => {
             let ops = ops.load(db.database_url.is_none())?;
-            let (url, pg) = database(&db).await?;
+            let (url, pg) = database(&db, "serve", Holding::Exclusive).await?;
             let result = serve(listen, url, pool_size, outbox, ops).await;
             stop_embedded(pg).await?;
             result?;
@@ -253,7 +318,7 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             database_url,
             outbox,
         } => {
-            let Some(opts) = outbox.publisher(&database_url) else {
+            let Some(opts) = outbox.publisher(&database_url, None, None) else {
                 return Err("ledger relay needs --nats-url (env LEDGER_NATS_URL)".into());
             };
             crate::storage::migrate(&database_url).await?;
@@ -277,31 +342,22 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             let role = crate::access::auth::Role::parse(&role)
                 .ok_or_else(|| format!("role {role:?} is not `writer` or `reader`"))?;
             let token = crate::access::auth::new_token();
-            println!("{token}");
-            println!("{}", crate::access::auth::auth_line(&caller, role, &token));
+            let line = crate::access::auth::auth_line(&caller, role, &token);
+            print(&format!("{token}\n{line}\n"))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Migrate { db } => {
-            let (url, pg) = database(&db).await?;
-            let applied = crate::storage::migrate(&url).await;
+            let (url, pg) = database(&db, "migrate", Holding::OrBorrow).await?;
+            let result = migrate(&url).await;
             stop_embedded(pg).await?;
-            let applied = applied?;
-            println!(
-                "migrations applied: {}",
-                if applied.is_empty() {
-                    "none (up to date)".to_string()
-                } else {
-                    applied.join(", ")
-                }
-            );
-            Ok(ExitCode::SUCCESS)
+            result
         }
         Command::Bench(args) => {
             crate::bench::run(args).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Check { db } => {
-            let (url, pg) = database(&db).await?;
+            let (url, pg) = database(&db, "check", Holding::OrBorrow).await?;
             let result = check(&url).await;
             stop_embedded(pg).await?;
             result
@@ -311,23 +367,42 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
     }
 }
 
+/// Applies the pending migrations and says which.
+async fn migrate(url: &str) -> Result<ExitCode, BoxError> {
+    let applied = crate::storage::migrate(url).await?;
+    let applied = if applied.is_empty() {
+        "none (up to date)".to_string()
+    } else {
+        applied.join(", ")
+    };
+    print(&format!("migrations applied: {applied}\n"))?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Prints the invariant report; the exit code is 1 when any invariant is violated.
 async fn check(url: &str) -> Result<ExitCode, BoxError> {
+    use std::fmt::Write as _;
     let mut client = crate::storage::connect(url).await?;
     let findings = crate::storage::check::run(&mut client).await?;
     let mut violated = 0;
+    let mut report = String::new();
     for f in &findings {
         if f.violations == 0 {
-            println!("ok    {}", f.name);
+            let _ = writeln!(report, "ok    {}", f.name);
         } else {
             violated += 1;
-            println!("FAIL  {} ({} violations)", f.name, f.violations);
+            let _ = writeln!(report, "FAIL  {} ({} violations)", f.name, f.violations);
             for e in &f.examples {
-                println!("        {e}");
+                let _ = writeln!(report, "        {e}");
             }
         }
     }
-    println!("{} invariants checked, {violated} violated", findings.len());
+    let _ = writeln!(
+        report,
+        "{} invariants checked, {violated} violated",
+        findings.len()
+    );
+    print(&report)?;
     Ok(if violated == 0 {
         ExitCode::SUCCESS
     } else {
@@ -342,7 +417,12 @@ async fn serve(
     outbox: OutboxArgs,
     ops: server::OpsOptions,
 ) -> Result<(), BoxError> {
-    let publisher_opts = outbox.publisher(&database_url);
+    // The in-process publisher logs in as the pool does.
+    let publisher_opts = outbox.publisher(
+        &database_url,
+        ops.db_login.as_deref(),
+        ops.db_role.as_deref(),
+    );
     let server = server::start(ServerOptions {
         listen,
         database_url,

@@ -8,7 +8,15 @@
 //! Layout of a data directory `D`:
 //!
 //! * `D/pgdata`: the PostgreSQL cluster (`initdb` needs an empty directory of its own);
-//! * `D/postgres.log`: the server log.
+//! * `D/postgres.log`: the server log;
+//! * `D/ledger.lock`: held (`flock`) by the process using the directory, naming it.
+//!
+//! One process uses a data directory at a time: [`EmbeddedPg::start`] takes an exclusive
+//! `flock` on `D/ledger.lock` and records its pid and command there; it stops PostgreSQL only
+//! while it holds that lock. Another process finds the directory [`InUse`] and may connect
+//! to the running PostgreSQL as a client, never stopping it. The kernel releases the lock when
+//! its holder ends, however it ends, so the PostgreSQL of a killed holder is adopted by the
+//! next start.
 //!
 //! The server listens on a unix socket only (`listen_addresses=''`). Its socket lives in a short
 //! directory `/tmp/ledger-pg-<8 hex>` (a hash of the canonical data directory path) rather than
@@ -20,8 +28,9 @@
 //! run as the unprivileged `postgres` system user (the Debian packages create it), and the data
 //! directory is handed over to that user. Otherwise the programs run as the current user.
 //!
-//! Authentication is `trust` for the superuser `postgres`; access is guarded by the permissions of
-//! the socket directory (mode 0700, owned by the user the server runs as; root gets through).
+//! Authentication is `trust` (the superuser `postgres` and the service's login `ledger_svc`,
+//! which [`EmbeddedPg::start`] creates); access is guarded by the permissions of the socket
+//! directory (mode 0700, owned by the user the server runs as; root gets through).
 //!
 //! All functions here are blocking (`std::process`); async callers should use
 //! `tokio::task::spawn_blocking`.
@@ -46,6 +55,13 @@ pub const DEFAULT_DATABASE: &str = "ledger";
 /// The database superuser created by `initdb`, and the system user the server runs as when the
 /// ledger runs as root.
 const PG_USER: &str = "postgres";
+
+/// The file in a data directory that its user holds locked.
+pub const LOCK_FILE: &str = "ledger.lock";
+
+/// Longest wait, for a process that found a data directory locked, for the holder to record
+/// its pid (it does so right after taking the lock).
+const HOLDER_RECORD_WAIT: Duration = Duration::from_secs(2);
 
 /// Seconds `pg_ctl` waits for a start or stop to complete.
 const PG_CTL_TIMEOUT_SECS: u32 = 60;
@@ -84,16 +100,67 @@ pub struct PgOptions {
     pub fast_unsafe: bool,
     /// Port number; it only names the unix socket (`.s.PGSQL.<port>`). Default 5432.
     pub port: u16,
+    /// What this process is, e.g. `ledger serve`: the lock file records it for whoever finds
+    /// the data directory in use, so they can tell the operator what to stop.
+    pub holder: String,
 }
 
 impl PgOptions {
-    /// Durable options (`fast_unsafe = false`) on the default port for `data_dir`.
+    /// Durable options (`fast_unsafe = false`) on the default port for `data_dir`, held by
+    /// this program (its name).
     pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        let program = std::env::args_os()
+            .next()
+            .map(PathBuf::from)
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| "ledger".to_owned());
         PgOptions {
             data_dir: data_dir.into(),
             fast_unsafe: false,
             port: DEFAULT_PORT,
+            holder: program,
         }
+    }
+}
+
+/// A data directory another live process holds: its PostgreSQL is that process's to start and
+/// stop. What it is, and how to reach its PostgreSQL as a client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InUse {
+    /// The data directory (canonical).
+    pub data_dir: PathBuf,
+    /// The holder's pid, when it could be read from the lock file.
+    pub pid: Option<i32>,
+    /// The holder's command as it recorded it, e.g. `ledger serve`.
+    pub holder: String,
+    socket_dir: PathBuf,
+    port: u16,
+}
+
+impl InUse {
+    /// A connection string of the holder's PostgreSQL for database `dbname`, as the superuser
+    /// (the same as [`EmbeddedPg::connection_string`] gives the holder).
+    pub fn connection_string(&self, dbname: &str) -> String {
+        connection_string(&self.socket_dir, self.port, PG_USER, dbname)
+    }
+
+    /// `` `ledger serve` (pid 123) ``, or without a pid when it could not be read.
+    pub fn who(&self) -> String {
+        match self.pid {
+            Some(pid) => format!("`{}` (pid {pid})", self.holder),
+            None => format!("`{}` (pid unknown)", self.holder),
+        }
+    }
+}
+
+impl fmt::Display for InUse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the data directory {} is in use by {}; stop it or choose another --data-dir",
+            self.data_dir.display(),
+            self.who()
+        )
     }
 }
 
@@ -119,8 +186,10 @@ pub enum EmbeddedPgError {
         /// Its stdout and stderr, and the end of the server log when relevant.
         output: String,
     },
-    /// The server started but a database could not be checked or created.
+    /// The server started but a database or role could not be checked or created.
     Database(String),
+    /// Another live process holds the data directory (see [`InUse`]).
+    InUse(InUse),
 }
 
 impl fmt::Display for EmbeddedPgError {
@@ -143,6 +212,7 @@ impl fmt::Display for EmbeddedPgError {
                 Ok(())
             }
             EmbeddedPgError::Database(msg) => write!(f, "embedded PostgreSQL: {msg}"),
+            EmbeddedPgError::InUse(in_use) => in_use.fmt(f),
         }
     }
 }
@@ -192,6 +262,8 @@ pub struct EmbeddedPg {
     run_as: Option<RunAs>,
     /// Remove the data and socket directories when dropped (test clusters).
     remove_on_drop: bool,
+    /// Held while we may start and stop the server; released after [`Drop`] stopped it.
+    _lock: DataDirLock,
 }
 
 impl EmbeddedPg {
@@ -208,6 +280,10 @@ impl EmbeddedPg {
     /// `SIGKILL` of the postmaster) leftover server processes and stale lock files are cleaned
     /// up and PostgreSQL runs its crash recovery. If a server of ours is already running on the
     /// directory (say the previous ledger process was killed) it is adopted.
+    ///
+    /// Fails with [`EmbeddedPgError::InUse`] when another live process holds the directory
+    /// (before touching the cluster). Creates the service's login
+    /// ([`SERVICE_LOGIN`](crate::storage::roles::SERVICE_LOGIN)) if missing.
     ///
     /// Blocking: call it from `tokio::task::spawn_blocking` in async code.
     pub fn start(opts: PgOptions) -> Result<EmbeddedPg, EmbeddedPgError> {
@@ -229,6 +305,7 @@ impl EmbeddedPg {
         };
 
         let data_dir = prepare_data_dir(&opts.data_dir, run_as.as_ref())?;
+        let lock = lock_data_dir(&data_dir, &opts.holder, opts.port)?;
         let pgdata = data_dir.join("pgdata");
 
         let mut pg = EmbeddedPg {
@@ -241,6 +318,7 @@ impl EmbeddedPg {
             fast_unsafe: opts.fast_unsafe,
             run_as,
             remove_on_drop: false,
+            _lock: lock,
         };
 
         match existing_version {
@@ -249,6 +327,7 @@ impl EmbeddedPg {
         }
         pg.start_server()?;
         pg.create_database_if_missing(DEFAULT_DATABASE)?;
+        pg.create_service_login()?;
         tracing::info!(
             data_dir = %pg.data_dir.display(),
             socket_dir = %pg.socket_dir.display(),
@@ -270,12 +349,7 @@ impl EmbeddedPg {
     /// A tokio-postgres connection string for database `dbname`, e.g.
     /// `host=/tmp/ledger-pg-1a2b3c4d port=5432 user=postgres dbname=ledger`.
     pub fn connection_string(&self, dbname: &str) -> String {
-        format!(
-            "host={} port={} user={PG_USER} dbname={}",
-            self.socket_dir.display(),
-            self.port,
-            quote_conn_value(dbname)
-        )
+        connection_string(&self.socket_dir, self.port, PG_USER, dbname)
     }
 
     /// Directory holding the server's unix socket (`.s.PGSQL.<port>`).
@@ -371,24 +445,24 @@ impl EmbeddedPg {
     pub fn create_database_if_missing(&self, name: &str) -> Result<(), EmbeddedPgError> {
         let conn_string = self.connection_string("postgres");
         let name = name.to_owned();
-        // A private single-threaded runtime on a thread of its own: this works whether or not
-        // the caller is inside a tokio runtime.
-        let worker = std::thread::Builder::new()
-            .name("embedded-pg-createdb".into())
-            .spawn(move || -> Result<(), String> {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| format!("cannot build a tokio runtime: {e}"))?;
-                rt.block_on(create_database_async(&conn_string, &name))
-            })
-            .map_err(io_err("cannot spawn a thread"))?;
-        match worker.join() {
-            Ok(result) => result.map_err(EmbeddedPgError::Database),
-            Err(_) => Err(EmbeddedPgError::Database(
-                "the thread creating the database panicked".into(),
-            )),
-        }
+        on_own_runtime("creating the database", async move {
+            create_database_async(&conn_string, &name).await
+        })
+    }
+
+    /// Creates the service's login and the application role unless they exist
+    /// ([`crate::storage::roles::ensure_service_login`]): the embedded default's pool logs in
+    /// as that login, which cannot become the superuser that owns the schema.
+    pub fn create_service_login(&self) -> Result<(), EmbeddedPgError> {
+        let conn_string = self.connection_string("postgres");
+        on_own_runtime("creating the service's login", async move {
+            let client = crate::storage::connect(&conn_string)
+                .await
+                .map_err(|e| format!("cannot connect with `{conn_string}`: {e}"))?;
+            crate::storage::roles::ensure_service_login(&client)
+                .await
+                .map_err(|e| format!("cannot create the service's login: {e}"))
+        })
     }
 
     /// Runs `initdb` into an empty `pgdata`.
@@ -706,6 +780,130 @@ impl Drop for EmbeddedPg {
     }
 }
 
+/// Runs `work` to its end on a private single-threaded runtime on a thread of its own, so it
+/// works whether or not the caller is inside a tokio runtime.
+fn on_own_runtime(
+    what: &str,
+    work: impl std::future::Future<Output = Result<(), String>> + Send + 'static,
+) -> Result<(), EmbeddedPgError> {
+    let worker = std::thread::Builder::new()
+        .name("embedded-pg-admin".into())
+        .spawn(move || -> Result<(), String> {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("cannot build a tokio runtime: {e}"))?;
+            rt.block_on(work)
+        })
+        .map_err(io_err("cannot spawn a thread"))?;
+    match worker.join() {
+        Ok(result) => result.map_err(EmbeddedPgError::Database),
+        Err(_) => Err(EmbeddedPgError::Database(format!(
+            "the thread {what} panicked"
+        ))),
+    }
+}
+
+/// An exclusive `flock` on a data directory's [`LOCK_FILE`], released when dropped or when
+/// the process ends (the file is closed on exec, so PostgreSQL, which outlives a killed
+/// holder, never holds it).
+#[derive(Debug)]
+struct DataDirLock {
+    _file: fs::File,
+}
+
+/// Takes the data directory's lock and records `pid`, `holder` and `port` in it, one a line;
+/// [`EmbeddedPgError::InUse`] when a live process holds it.
+fn lock_data_dir(data_dir: &Path, holder: &str, port: u16) -> Result<DataDirLock, EmbeddedPgError> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let path = data_dir.join(LOCK_FILE);
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o644)
+        .open(&path)
+        .map_err(io_err(format!(
+            "cannot open the lock file {}",
+            path.display()
+        )))?;
+    // SAFETY: a valid open descriptor; LOCK_NB makes the call return at once.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            return Err(EmbeddedPgError::Io(
+                format!("cannot lock {}", path.display()),
+                err,
+            ));
+        }
+        return Err(EmbeddedPgError::InUse(read_holder(data_dir, &path, port)));
+    }
+    let record = format!("{}\n{holder}\n{port}\n", std::process::id());
+    file.set_len(0)
+        .and_then(|()| file.write_all_at(record.as_bytes(), 0))
+        .map_err(io_err(format!(
+            "cannot write the lock file {}",
+            path.display()
+        )))?;
+    Ok(DataDirLock { _file: file })
+}
+
+/// Who holds the lock file at `path`. The holder writes its record just after taking the
+/// lock, so a record that names no live process is read again (at most
+/// [`HOLDER_RECORD_WAIT`]).
+fn read_holder(data_dir: &Path, path: &Path, default_port: u16) -> InUse {
+    let deadline = Instant::now() + HOLDER_RECORD_WAIT;
+    let record = loop {
+        let record = fs::read_to_string(path)
+            .ok()
+            .and_then(|text| parse_lock_record(&text));
+        let live = record
+            .as_ref()
+            .is_some_and(|(pid, _, _)| process_alive(*pid));
+        if live || Instant::now() >= deadline {
+            break record.filter(|_| live);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (pid, holder, port) = match record {
+        Some((pid, holder, port)) => (Some(pid), holder, port),
+        None => (None, "another process".to_owned(), default_port),
+    };
+    InUse {
+        data_dir: data_dir.to_path_buf(),
+        pid,
+        holder,
+        socket_dir: EmbeddedPg::socket_dir_for(data_dir),
+        port,
+    }
+}
+
+/// The pid, command and port of a lock file's text (`<pid>\n<command>\n<port>\n`).
+fn parse_lock_record(text: &str) -> Option<(i32, String, u16)> {
+    let mut lines = text.lines();
+    let pid = lines
+        .next()?
+        .trim()
+        .parse::<i32>()
+        .ok()
+        .filter(|&p| p > 0)?;
+    let holder = lines.next()?.trim().to_owned();
+    let port = lines.next()?.trim().parse::<u16>().ok()?;
+    (!holder.is_empty()).then_some((pid, holder, port))
+}
+
+/// A libpq-style connection string over the socket in `socket_dir`.
+fn connection_string(socket_dir: &Path, port: u16, user: &str, dbname: &str) -> String {
+    format!(
+        "host={} port={port} user={} dbname={}",
+        socket_dir.display(),
+        quote_conn_value(user),
+        quote_conn_value(dbname)
+    )
+}
+
 /// Connects to the maintenance database and creates `name` unless it exists.
 async fn create_database_async(conn_string: &str, name: &str) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -782,7 +980,7 @@ fn prepare_data_dir(data_dir: &Path, run_as: Option<&RunAs>) -> Result<PathBuf, 
     check_traversable(&data_dir, user)?;
     if meta.uid() != user.uid {
         // Refuse to hand over a directory full of other things (say --data-dir /var/lib).
-        let ours = ["pgdata", "postgres.log"];
+        let ours = ["pgdata", "postgres.log", LOCK_FILE];
         let foreign = fs::read_dir(&data_dir)
             .map_err(io_err(format!("cannot list {}", data_dir.display())))?
             .filter_map(Result::ok)
@@ -1164,6 +1362,23 @@ mod tests {
         let socket = a.join(".s.PGSQL.65535");
         assert!(socket.as_os_str().len() < 107, "{}", socket.display());
         assert!(a.to_str().unwrap().starts_with("/tmp/ledger-pg-"));
+    }
+
+    #[test]
+    fn a_lock_record_names_pid_command_and_port_or_nothing() {
+        assert_eq!(
+            parse_lock_record("123\nledger serve\n5432\n"),
+            Some((123, "ledger serve".to_owned(), 5432))
+        );
+        for torn in [
+            "",
+            "123\n",
+            "123\nledger serve\n",
+            "x\nledger\n5432\n",
+            "0\na\n1\n",
+        ] {
+            assert_eq!(parse_lock_record(torn), None, "{torn:?}");
+        }
     }
 
     #[test]

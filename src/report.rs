@@ -120,7 +120,8 @@ pub async fn run(args: ReportArgs) -> Result<ExitCode, ReportError> {
         Report::TrialBalance { common, prefix } => trial_balance(&common, &prefix).await?,
         Report::Statement { account, common } => statement(&common, &account).await?,
     };
-    print!("{text}");
+    crate::cli::print_out(&text)
+        .map_err(|e| ReportError(format!("cannot write the report to stdout: {e}")))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -43,6 +43,9 @@ pub struct OpsOptions {
     /// `--db-role`: the database role the pool's connections act as (migrations run as the
     /// login user, the owner).
     pub db_role: Option<String>,
+    /// The login user of the pool's connections instead of the URL's, whose user (the owner)
+    /// runs the migrations: [`storage::roles::SERVICE_LOGIN`] with the embedded PostgreSQL.
+    pub db_login: Option<String>,
 }
 
 /// TLS material in PEM.
@@ -134,13 +137,24 @@ impl RunningServer {
     }
 }
 
+/// The settings of the pool's connections (public so that a test connects exactly as the
+/// service does).
+pub fn pool_config(opts: &ServerOptions) -> Result<tokio_postgres::Config, storage::StorageError> {
+    storage::service_config(
+        &opts.database_url,
+        opts.ops.db_login.as_deref(),
+        opts.ops.db_role.as_deref(),
+    )
+}
+
 /// Migrates the database, then starts serving on `opts.listen` (port 0 picks a free port).
 pub async fn start(
     opts: ServerOptions,
 ) -> Result<RunningServer, Box<dyn std::error::Error + Send + Sync>> {
     storage::migrate(&opts.database_url).await?;
+    let pool = storage::pool_with(pool_config(&opts)?, opts.pool_size)?;
+    storage::roles::warn_if_login_can_escalate(&pool).await;
     let ops = opts.ops;
-    let pool = storage::pool_as(&opts.database_url, opts.pool_size, ops.db_role.as_deref())?;
     let (metrics_addr, metrics_task, observer) = match ops.metrics_listen {
         Some(addr) => {
             let (addr, task) = crate::metrics::serve(addr, pool.clone()).await?;

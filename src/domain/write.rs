@@ -116,14 +116,18 @@ pub struct Clock {
 pub enum KeyState {
     /// Claimed by this batch; the number is the key's, which its posting names.
     Claimed(i64),
-    /// Decided earlier, by this operation and fingerprint, with this outcome.
-    Decided {
-        operation: Operation,
-        fingerprint: Fingerprint,
-        outcome: Result<Posting, LedgerError>,
-    },
+    /// Decided earlier.
+    Decided(Box<StoredDecision>),
     /// Decided earlier, but its decision cannot be read: the row breaks an invariant.
     Unreadable(LedgerError),
+}
+
+/// A key's decision as stored: by which operation and fingerprint, with what outcome.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredDecision {
+    pub operation: Operation,
+    pub fingerprint: Fingerprint,
+    pub outcome: Result<Posting, LedgerError>,
 }
 
 /// An account's rules and totals as the batch found them.
@@ -252,7 +256,7 @@ fn corrupt_refusals(
         .filter_map(|(&i, key)| {
             let refusal = match (key, &requests[i].command) {
                 (KeyState::Unreadable(e), _) => Some(e),
-                (KeyState::Decided { .. }, _) => None,
+                (KeyState::Decided(_), _) => None,
                 (KeyState::Claimed(_), Command::Post(p)) => {
                     p.legs.iter().find_map(|l| account(&l.account_id))
                 }
@@ -553,15 +557,11 @@ pub fn decide(s: &Snapshot, requests: &[WriteRequest], new_ids: &[Uuid]) -> Plan
                     outcome: d.decide_new(r, *key_id, id),
                 }
             }
-            KeyState::Decided {
-                operation,
-                fingerprint,
-                outcome,
-            } => Decision {
-                operation: *operation,
-                fingerprint,
+            KeyState::Decided(stored) => Decision {
+                operation: stored.operation,
+                fingerprint: &stored.fingerprint,
                 decided_by: None,
-                outcome: outcome.clone(),
+                outcome: stored.outcome.clone(),
             },
             KeyState::Unreadable(_) => unreachable!("refused above"),
         };

@@ -90,6 +90,10 @@ pub const FAILPOINT_ENV: &str = "LEDGER_FAILPOINT";
 #[derive(Clone, Debug)]
 pub struct PublisherOptions {
     pub database_url: String,
+    /// The login of its session instead of the URL's user, and the role it acts as: those of
+    /// the server's pool for `serve --nats-url` (it needs only `ledger_app`'s grants).
+    pub db_login: Option<String>,
+    pub db_role: Option<String>,
     pub nats_url: String,
     /// De-duplication window of the stream, when the publisher creates it.
     pub duplicate_window: Duration,

@@ -31,7 +31,9 @@ pub async fn run(
         }
         // A dedicated session (a pool of one, dropped with it): the lock is held by the session.
         let session = async {
-            let pool = storage::pool(&opts.database_url, 1)?;
+            let login = (opts.db_login.as_deref(), opts.db_role.as_deref());
+            let cfg = storage::service_config(&opts.database_url, login.0, login.1)?;
+            let pool = storage::pool_with(cfg, 1)?;
             let client = pool.get().await?;
             Ok::<_, storage::StorageError>((pool, client))
         };

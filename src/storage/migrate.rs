@@ -44,45 +44,73 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
 ];
 
 /// Applies every migration not yet applied. Safe to run from several processes at once.
+///
+/// On a current database it only reads, so a login without the owner's rights (the service's)
+/// may start on it; a migration it may not apply fails with a message saying to run
+/// `ledger migrate` with the owner's URL.
 pub async fn migrate(database_url: &str) -> Result<Vec<String>, StorageError> {
     let mut client = connect(database_url).await?;
     client
         .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
         .await?;
-    let result = apply(&mut client).await;
+    let result = match pending(&client).await {
+        Ok(pending) if pending.is_empty() => Ok(Vec::new()),
+        Ok(pending) => apply(&mut client, &pending).await,
+        Err(e) => Err(e),
+    };
     let _ = client
         .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
         .await;
     result
 }
 
-async fn apply(client: &mut tokio_postgres::Client) -> Result<Vec<String>, StorageError> {
+/// The migrations not yet recorded in `schema_migrations` (all of them before it exists), in
+/// order. Reads only.
+async fn pending(
+    client: &tokio_postgres::Client,
+) -> Result<Vec<&'static (&'static str, &'static str)>, StorageError> {
+    let exists: bool = client
+        .query_one("SELECT to_regclass('schema_migrations') IS NOT NULL", &[])
+        .await?
+        .get(0);
+    let applied: Vec<String> = if exists {
+        client
+            .query("SELECT version FROM schema_migrations", &[])
+            .await?
+            .iter()
+            .map(|row| row.get(0))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Ok(MIGRATIONS
+        .iter()
+        .filter(|(version, _)| !applied.iter().any(|a| a == version))
+        .collect())
+}
+
+/// Applies `pending` in order, each in its own transaction (the caller holds the migration
+/// lock, so nobody applies them meanwhile).
+async fn apply(
+    client: &mut tokio_postgres::Client,
+    pending: &[&(&str, &str)],
+) -> Result<Vec<String>, StorageError> {
+    let as_migration = |version: &str| {
+        let version = version.to_owned();
+        move |error| StorageError::Migration { version, error }
+    };
     client
         .batch_execute(
             "CREATE TABLE IF NOT EXISTS schema_migrations (
                version text PRIMARY KEY,
                applied_at timestamptz NOT NULL DEFAULT clock_timestamp())",
         )
-        .await?;
+        .await
+        .map_err(as_migration(pending[0].0))?;
     let mut applied = Vec::new();
-    for (version, sql) in MIGRATIONS {
+    for (version, sql) in pending {
         let tx = client.transaction().await?;
-        let done = tx
-            .query_opt(
-                "SELECT 1 FROM schema_migrations WHERE version = $1",
-                &[version],
-            )
-            .await?
-            .is_some();
-        if done {
-            continue;
-        }
-        tx.batch_execute(sql)
-            .await
-            .map_err(|error| StorageError::Migration {
-                version: (*version).to_owned(),
-                error,
-            })?;
+        tx.batch_execute(sql).await.map_err(as_migration(version))?;
         tx.execute(
             "INSERT INTO schema_migrations (version) VALUES ($1)",
             &[version],

@@ -8,6 +8,7 @@ pub mod check;
 pub mod migrate;
 pub mod outbox;
 pub mod read;
+pub mod roles;
 
 use std::fmt;
 use std::str::FromStr;
@@ -68,7 +69,16 @@ impl fmt::Display for StorageError {
                     f,
                     "migration {version} failed: {}",
                     StorageError::db_display(error)
-                )
+                )?;
+                if error.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) {
+                    f.write_str(
+                        ". Migrations change the schema and need its owner's rights, which the \
+                         service's login does not have: run `ledger migrate --database-url \
+                         <the owner's URL>`, then start the service again (README \"Database \
+                         roles\")",
+                    )?;
+                }
+                Ok(())
             }
         }
     }
@@ -172,9 +182,19 @@ pub fn pool(database_url: &str, size: usize) -> Result<Pool, StorageError> {
 /// migration 0003: no UPDATE, DELETE or TRUNCATE on journal tables).
 pub const APP_ROLE: &str = "ledger_app";
 
-/// Like [`pool`], but every connection acts as database role `role` (`SET ROLE` given as a
-/// startup option, so it is the session's default and survives `RESET ALL`/`DISCARD ALL`).
-/// The login user must be a member of `role` (superusers are).
+/// Like [`pool`], but every connection acts as database role `role` (see [`service_config`]).
+pub fn pool_as(database_url: &str, size: usize, role: Option<&str>) -> Result<Pool, StorageError> {
+    pool_with(service_config(database_url, None, role)?, size)
+}
+
+/// The settings of the service's connections: `database_url`, logged in as `login` instead of
+/// the URL's user when given, acting as database role `role` (`SET ROLE` given as a startup
+/// option, so it is the session's default and survives `RESET ALL`/`DISCARD ALL`; the login
+/// must be a member of `role`).
+///
+/// `login` keeps the URL's host, database and password: it is for a cluster that lets the
+/// login in without one, as the embedded PostgreSQL does over its private socket, while the
+/// URL's user (the owner) runs the migrations.
 ///
 /// Every connection also runs with `plan_cache_mode=force_custom_plan`: a cached statement is
 /// planned on each execution, for its arguments and the tables' current size. The default lets
@@ -182,24 +202,49 @@ pub const APP_ROLE: &str = "ledger_app";
 /// while the journal was small keeps scanning it after it has grown (measured on the writer:
 /// throughput fell from 10,000 to 4,300 postings/s within 20 s of a fresh start). Planning
 /// costs about 0.15 ms per statement (measured on the batch's legs insert).
-pub fn pool_as(database_url: &str, size: usize, role: Option<&str>) -> Result<Pool, StorageError> {
+pub fn service_config(
+    database_url: &str,
+    login: Option<&str>,
+    role: Option<&str>,
+) -> Result<tokio_postgres::Config, StorageError> {
     let mut cfg = parse_config(database_url)?;
     let mut options = cfg.get_options().unwrap_or_default().to_owned();
     options.push_str(" -c plan_cache_mode=force_custom_plan");
+    if let Some(login) = login {
+        check_role_name("login", login)?;
+        cfg.user(login);
+    }
     if let Some(role) = role {
-        let ok = !role.is_empty()
-            && role.len() <= 63
-            && role
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-        if !ok {
-            return Err(StorageError::Config(format!(
-                "database role {role:?} must be 1..=63 characters of a-z 0-9 _"
-            )));
-        }
+        check_role_name("role", role)?;
         options.push_str(&format!(" -c role={role}"));
     }
     cfg.options(options.trim_start());
+    Ok(cfg)
+}
+
+/// Longest database role name (PostgreSQL's NAMEDATALEN - 1).
+pub const MAX_ROLE_NAME_BYTES: usize = 63;
+
+/// A role name goes into a startup option unquoted: only `a-z 0-9 _`, at most
+/// [`MAX_ROLE_NAME_BYTES`].
+fn check_role_name(what: &str, name: &str) -> Result<(), StorageError> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_ROLE_NAME_BYTES
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if ok {
+        return Ok(());
+    }
+    Err(StorageError::Config(format!(
+        "database {what} {name:?} must be 1..={MAX_ROLE_NAME_BYTES} (MAX_ROLE_NAME_BYTES) \
+         characters of a-z 0-9 _"
+    )))
+}
+
+/// Builds a pool of at most `size` connections with these settings. Connections are made
+/// lazily.
+pub fn pool_with(cfg: tokio_postgres::Config, size: usize) -> Result<Pool, StorageError> {
     let mgr = deadpool_postgres::Manager::from_config(
         cfg,
         tokio_postgres::NoTls,

@@ -16,8 +16,11 @@ use tonic_types::StatusExt;
 /// A server on its own fresh database, and a client to it.
 pub struct TestLedger {
     pub server: Option<RunningServer>,
+    /// The owner's URL (the server migrates with it; `db()` attacks with it).
     pub database_url: String,
     pub client: LedgerClient<Channel>,
+    /// The settings of the server's pool: its login and role.
+    pub service_config: tokio_postgres::Config,
 }
 
 impl TestLedger {
@@ -42,14 +45,14 @@ impl TestLedger {
     /// (no TLS, no token); TLS tests make their own.
     pub async fn on_database_with(url: String, ops: server::OpsOptions) -> TestLedger {
         let tls = ops.tls.is_some();
-        let server = server::start(ServerOptions {
+        let options = ServerOptions {
             listen: "127.0.0.1:0".parse().unwrap(),
             database_url: url.clone(),
             pool_size: 8,
             ops,
-        })
-        .await
-        .expect("server starts");
+        };
+        let service_config = server::pool_config(&options).expect("the pool's settings");
+        let server = server::start(options).await.expect("server starts");
         let client = if tls {
             LedgerClient::new(Channel::from_static("http://unused.invalid").connect_lazy())
         } else {
@@ -59,6 +62,7 @@ impl TestLedger {
             server: Some(server),
             database_url: url,
             client,
+            service_config,
         }
     }
 
@@ -72,6 +76,17 @@ impl TestLedger {
         ledger::storage::connect(&self.database_url)
             .await
             .expect("db connects")
+    }
+
+    /// A database session exactly as the server's pool opens them (its login, its role).
+    pub async fn service_db(&self) -> tokio_postgres::Client {
+        let (client, connection) = self
+            .service_config
+            .connect(tokio_postgres::NoTls)
+            .await
+            .expect("the service's login connects");
+        tokio::spawn(connection);
+        client
     }
 
     /// Rows in a table.
@@ -138,11 +153,12 @@ impl TestLedger {
     }
 }
 
-/// The options every test server runs with unless it says otherwise: the service acts as
-/// the application database role (as the embedded default does), so every test also checks
-/// that the role's privileges suffice.
+/// The options every test server runs with unless it says otherwise: the embedded default's
+/// database settings, the service's own login acting as the application role (migrations run
+/// as the owner of the URL), so every test also checks that their privileges suffice.
 pub fn app_role_ops() -> server::OpsOptions {
     server::OpsOptions {
+        db_login: Some(ledger::storage::roles::SERVICE_LOGIN.to_owned()),
         db_role: Some(ledger::storage::APP_ROLE.to_owned()),
         ..Default::default()
     }

@@ -22,6 +22,9 @@ use ledger::embedded_pg::{EmbeddedPg, PgOptions, DEFAULT_PORT};
 /// The migrated database that every fresh database is cloned from.
 pub const TEMPLATE_DB: &str = "ledger_template";
 
+/// What the test clusters' lock files say holds them.
+const HOLDER: &str = "the ledger's integration tests";
+
 /// Prefix of the temp directories of test clusters, followed by `<pid>-<random>`.
 const TEMP_PREFIX: &str = "ledger-test-";
 
@@ -53,6 +56,7 @@ pub fn shared_cluster() -> &'static SharedCluster {
             data_dir: data_dir.clone(),
             fast_unsafe: true,
             port: DEFAULT_PORT,
+            holder: HOLDER.to_owned(),
         })
         .unwrap_or_else(|err| {
             let _ = fs::remove_dir_all(&data_dir);
@@ -216,6 +220,7 @@ pub async fn private_cluster() -> (EmbeddedPg, String) {
         data_dir: data_dir.clone(),
         fast_unsafe: true,
         port: DEFAULT_PORT,
+        holder: HOLDER.to_owned(),
     };
     let mut pg = tokio::task::spawn_blocking(move || EmbeddedPg::start(options))
         .await
