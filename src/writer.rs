@@ -1,11 +1,18 @@
 //! The writer task: one per process, it takes whatever requests are queued (up to
-//! [`MAX_BATCH`]), applies them in one transaction through [`crate::storage::batch`], commits once,
-//! then answers each caller. It never waits on a timer: a short queue makes a small batch,
-//! and under load batches grow by themselves (group commit).
+//! [`MAX_BATCH`]) and runs them as one batch, load → decide → write: storage loads the
+//! batch's snapshot ([`crate::storage::batch::load`]), the pure
+//! [`crate::domain::write::decide`] turns it into a plan, storage writes the plan and commits
+//! ([`crate::storage::batch::write`]); then every caller is answered. It never waits on a
+//! timer: a short queue makes a small batch, and under load batches grow by themselves
+//! (group commit).
 
+use crate::domain::account::AccountCache;
+use crate::domain::write::{decide, Outcome, WriteRequest};
 use crate::domain::LedgerError;
-use crate::storage::batch::{self, Command, Outcome, WriteRequest};
+use crate::storage::batch;
 use crate::storage::{Pool, StorageError};
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 use tokio::sync::{mpsc, oneshot};
 
 /// Requests applied in one transaction, at most.
@@ -35,31 +42,41 @@ struct Job {
 pub struct Writer {
     queue: mpsc::Sender<Job>,
     /// Wakes the extra lanes when the queue is deep.
-    deep: std::sync::Arc<tokio::sync::Notify>,
+    deep: Arc<tokio::sync::Notify>,
 }
 
 /// Observes batches (metrics); called after each batch with its size and outcome.
-pub type BatchObserver = std::sync::Arc<dyn Fn(usize, bool) + Send + Sync>;
+pub type BatchObserver = Arc<dyn Fn(usize, bool) + Send + Sync>;
 
 impl Writer {
     /// Starts the writer task on the current runtime. It ends when every handle is dropped.
-    pub fn spawn(pool: Pool, observer: Option<BatchObserver>) -> Writer {
+    pub fn spawn(
+        pool: Pool,
+        accounts: Arc<RwLock<AccountCache>>,
+        observer: Option<BatchObserver>,
+    ) -> Writer {
         let (tx, rx) = mpsc::channel(MAX_WRITE_QUEUE);
-        let rx = std::sync::Arc::new(tokio::sync::Mutex::new(rx));
+        let rx = Arc::new(tokio::sync::Mutex::new(rx));
         let lanes = std::env::var("LEDGER_WRITER_LANES")
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(WRITER_LANES);
-        let deep = std::sync::Arc::new(tokio::sync::Notify::new());
+        let deep = Arc::new(tokio::sync::Notify::new());
         for lane in 0..lanes.max(1) {
             let gate = (lane > 0).then(|| deep.clone());
-            tokio::spawn(run(pool.clone(), rx.clone(), observer.clone(), gate));
+            tokio::spawn(run(
+                pool.clone(),
+                rx.clone(),
+                accounts.clone(),
+                observer.clone(),
+                gate,
+            ));
         }
         Writer { queue: tx, deep }
     }
 
     /// Submits one request and waits for its decision.
-    pub async fn submit(&self, caller: String, command: Command) -> Outcome {
+    pub async fn submit(&self, caller: String, command: crate::domain::write::Command) -> Outcome {
         let (reply, answer) = oneshot::channel();
         let job = Job {
             request: WriteRequest { caller, command },
@@ -82,96 +99,201 @@ impl Writer {
     }
 }
 
+/// The shared queue the lanes take batches from.
+type Queue = Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>;
+
 /// One lane: takes what is queued (waiting for the first request, never on a timer), applies
 /// it, answers, and repeats until every handle is dropped.
 async fn run(
     pool: Pool,
-    rx_shared: std::sync::Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>,
+    queue: Queue,
+    accounts: Arc<RwLock<AccountCache>>,
     observer: Option<BatchObserver>,
-    gate: Option<std::sync::Arc<tokio::sync::Notify>>,
+    gate: Option<Arc<tokio::sync::Notify>>,
 ) {
     let mut requests: Vec<WriteRequest> = Vec::with_capacity(MAX_BATCH);
     let mut replies: Vec<oneshot::Sender<Outcome>> = Vec::with_capacity(MAX_BATCH);
-    // The writer keeps its connection between batches (its prepared statements stay cached,
-    // and no pool check per batch); after a failed batch it takes a fresh one.
+    // The lane keeps its connection between batches (its prepared statements stay cached, and
+    // no pool check per batch); after a failed batch it takes a fresh one.
     let mut conn: Option<deadpool_postgres::Client> = None;
-    // Accounts' rules never change: each lane keeps them across batches.
-    let mut accounts = batch::AccountCache::default();
     loop {
-        {
-            let mut rx = rx_shared.lock().await;
-            // An extra lane takes a batch only while the queue is deep.
-            if let Some(gate) = &gate {
-                while rx.len() < EXTRA_LANE_MIN_QUEUE {
-                    drop(rx);
-                    gate.notified().await;
-                    rx = rx_shared.lock().await;
-                }
-            }
-            let mut take = |job: Job| {
-                // Callers that gave up (deadline, cancel) are left out before the write.
-                if !job.reply.is_closed() {
-                    requests.push(job.request);
-                    replies.push(job.reply);
-                }
-            };
-            match rx.recv().await {
-                Some(job) => take(job),
-                None => return,
-            }
-            // Up to MAX_BATCH requests taken from the queue (callers that gave up count too).
-            for _ in 1..MAX_BATCH {
-                match rx.try_recv() {
-                    Ok(job) => take(job),
-                    Err(_) => break,
-                }
-            }
+        if !take(&queue, gate.as_deref(), &mut requests, &mut replies).await {
+            return;
         }
         if requests.is_empty() {
             continue;
         }
-        let client = match conn.take() {
-            Some(c) => Ok(c),
-            None => pool.get().await.map_err(StorageError::from),
-        };
-        let result = match client {
-            Ok(mut client) => {
-                let apply = batch::apply_cached(&mut client, &requests, &mut accounts);
-                match tokio::time::timeout(BATCH_TIMEOUT, apply).await {
-                    Ok(r) => {
-                        if r.is_ok() {
-                            conn = Some(client);
-                        }
-                        r
-                    }
-                    Err(_) => {
-                        // Detach the connection from the pool and close it: its state is unknown.
-                        drop(deadpool_postgres::Object::take(client));
-                        Err(StorageError::Pool(format!(
-                            "the write batch took longer than {BATCH_TIMEOUT:?} (limit BATCH_TIMEOUT)"
-                        )))
-                    }
-                }
-            }
-            Err(e) => Err(e),
-        };
+        let result = apply_on(&mut conn, &pool, &requests, &accounts).await;
         if let Some(o) = &observer {
             o(requests.len(), result.is_ok());
         }
         requests.clear();
-        match result {
-            Ok(outcomes) => {
-                assert_eq!(outcomes.len(), replies.len(), "one outcome per request");
-                for (reply, outcome) in replies.drain(..).zip(outcomes) {
-                    let _ = reply.send(outcome);
-                }
+        answer(&mut replies, result);
+    }
+}
+
+/// Takes up to [`MAX_BATCH`] jobs (waiting for the first), leaving out callers that gave up
+/// (deadline, cancel) before the write. An extra lane (with a `gate`) takes a batch only while
+/// the queue is deep. `false` once every handle is dropped.
+async fn take(
+    queue: &Queue,
+    gate: Option<&tokio::sync::Notify>,
+    requests: &mut Vec<WriteRequest>,
+    replies: &mut Vec<oneshot::Sender<Outcome>>,
+) -> bool {
+    let mut rx = queue.lock().await;
+    if let Some(gate) = gate {
+        while rx.len() < EXTRA_LANE_MIN_QUEUE {
+            drop(rx);
+            gate.notified().await;
+            rx = queue.lock().await;
+        }
+    }
+    let mut keep = |job: Job| {
+        if !job.reply.is_closed() {
+            requests.push(job.request);
+            replies.push(job.reply);
+        }
+    };
+    match rx.recv().await {
+        Some(job) => keep(job),
+        None => return false,
+    }
+    // Up to MAX_BATCH requests taken from the queue (callers that gave up count too).
+    for _ in 1..MAX_BATCH {
+        match rx.try_recv() {
+            Ok(job) => keep(job),
+            Err(_) => break,
+        }
+    }
+    true
+}
+
+/// Applies a batch on the lane's connection (a fresh one from the pool when it has none), at
+/// most [`BATCH_TIMEOUT`]: after a failure or the timeout the connection is not kept (its
+/// state is unknown) and, on the timeout, closed rather than returned to the pool.
+async fn apply_on(
+    conn: &mut Option<deadpool_postgres::Client>,
+    pool: &Pool,
+    requests: &[WriteRequest],
+    accounts: &RwLock<AccountCache>,
+) -> Result<Vec<Outcome>, StorageError> {
+    let client = match conn.take() {
+        Some(c) => c,
+        None => pool.get().await?,
+    };
+    match tokio::time::timeout(BATCH_TIMEOUT, apply(&client, requests, accounts)).await {
+        Ok(r) => {
+            if r.is_ok() {
+                *conn = Some(client);
             }
-            Err(e) => {
-                tracing::warn!(error = %e, batch = replies.len(), "write batch failed; callers told UNAVAILABLE");
-                for reply in replies.drain(..) {
-                    let _ = reply.send(Err(LedgerError::unavailable(&e)));
-                }
+            r
+        }
+        Err(_) => {
+            drop(deadpool_postgres::Object::take(client));
+            Err(StorageError::Pool(format!(
+                "the write batch took longer than {BATCH_TIMEOUT:?} (limit BATCH_TIMEOUT)"
+            )))
+        }
+    }
+}
+
+/// Answers every caller: its outcome after the commit, or `UNAVAILABLE` when the batch failed
+/// (nothing of it may be assumed; the caller's retry with its key settles it).
+fn answer(replies: &mut Vec<oneshot::Sender<Outcome>>, result: Result<Vec<Outcome>, StorageError>) {
+    match result {
+        Ok(outcomes) => {
+            assert_eq!(outcomes.len(), replies.len(), "one outcome per request");
+            for (reply, outcome) in replies.drain(..).zip(outcomes) {
+                let _ = reply.send(outcome);
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, batch = replies.len(), "write batch failed; callers told UNAVAILABLE");
+            for reply in replies.drain(..) {
+                let _ = reply.send(Err(LedgerError::unavailable(&e)));
             }
         }
     }
+}
+
+/// One batch, load → decide → write, on a connection: one outcome per request, in order, only
+/// after the commit. Requests that touch rows breaking an invariant are refused
+/// (`JOURNAL_CORRUPT`) and the batch runs again without them, since its transaction claimed
+/// their keys; each round refuses at least one, so this ends. Any error means nothing of the
+/// batch may be assumed: every caller must be told `UNAVAILABLE`.
+pub async fn apply(
+    client: &deadpool_postgres::Client,
+    requests: &[WriteRequest],
+    accounts: &RwLock<AccountCache>,
+) -> Result<Vec<Outcome>, StorageError> {
+    let mut refused: HashMap<usize, LedgerError> = HashMap::new();
+    loop {
+        let live: Vec<usize> = (0..requests.len())
+            .filter(|i| !refused.contains_key(i))
+            .collect();
+        if live.is_empty() {
+            return Ok(merge(requests.len(), Vec::new(), &live, refused));
+        }
+        let batch: std::borrow::Cow<[WriteRequest]> = if refused.is_empty() {
+            std::borrow::Cow::Borrowed(requests)
+        } else {
+            live.iter().map(|&i| requests[i].clone()).collect()
+        };
+        let ids: Vec<uuid::Uuid> = batch.iter().map(|_| uuid::Uuid::now_v7()).collect();
+        let plan = match round(client, &batch, &ids, accounts).await {
+            Ok(p) => p,
+            Err(e) => {
+                batch::rollback(client).await;
+                return Err(e);
+            }
+        };
+        if plan.unbound.is_empty() {
+            return Ok(merge(requests.len(), plan.outcomes, &live, refused));
+        }
+        batch::rollback(client).await;
+        refused.extend(plan.unbound.into_iter().map(|(j, e)| (live[j], e)));
+    }
+}
+
+/// [`apply`] with an account cache of its own, for tools and tests that write a batch
+/// directly.
+pub async fn apply_alone(
+    client: &deadpool_postgres::Client,
+    requests: &[WriteRequest],
+) -> Result<Vec<Outcome>, StorageError> {
+    apply(client, requests, &RwLock::new(AccountCache::default())).await
+}
+
+/// One round: load the snapshot, decide, and write the plan unless it refused requests
+/// unbound (then the caller rolls back and runs again without them).
+async fn round(
+    client: &deadpool_postgres::Client,
+    requests: &[WriteRequest],
+    ids: &[uuid::Uuid],
+    accounts: &RwLock<AccountCache>,
+) -> Result<crate::domain::write::Plan, StorageError> {
+    let snapshot = batch::load(client, requests, accounts).await?;
+    let plan = decide(&snapshot, requests, ids);
+    if plan.unbound.is_empty() {
+        batch::write(client, &plan, &snapshot.clock).await?;
+    }
+    Ok(plan)
+}
+
+/// The outcomes of the `live` requests (in order) and of the `refused` ones, by index.
+fn merge(
+    n: usize,
+    outcomes: Vec<Outcome>,
+    live: &[usize],
+    mut refused: HashMap<usize, LedgerError>,
+) -> Vec<Outcome> {
+    assert_eq!(outcomes.len(), live.len(), "one outcome per live request");
+    let mut by_index: HashMap<usize, Outcome> = live.iter().copied().zip(outcomes).collect();
+    (0..n)
+        .map(|i| match refused.remove(&i) {
+            Some(e) => Err(e),
+            None => by_index.remove(&i).expect("an outcome for every request"),
+        })
+        .collect()
 }

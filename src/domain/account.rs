@@ -2,7 +2,7 @@
 
 use super::error::{LedgerError, Reason};
 use super::limits::*;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use time::OffsetDateTime;
 
 /// Which side of an account grows its balance.
@@ -330,5 +330,86 @@ mod tests {
             .contains("MAX_METADATA_VALUE_BYTES"));
         let m: Metadata = [("k".to_string(), "v".repeat(512))].into();
         assert!(validate_metadata(&m).is_ok());
+    }
+}
+
+/// Accounts kept in memory, by code and by id: they never change once created (a trigger
+/// refuses updates), so an entry never goes stale. The service looks accounts up by code to
+/// validate requests, the writer by id for their rules; one cache serves both.
+#[derive(Debug, Default)]
+pub struct AccountCache {
+    by_id: HashMap<i64, Account>,
+    id_of: HashMap<String, i64>,
+}
+
+impl AccountCache {
+    /// Accounts held at most (limit MAX_CACHED_ACCOUNTS); when a fill would pass it the cache
+    /// is emptied first and refills from the requests that follow.
+    pub const MAX_CACHED_ACCOUNTS: usize = 100_000;
+
+    pub fn by_code(&self, code: &str) -> Option<&Account> {
+        self.id_of.get(code).map(|id| &self.by_id[id])
+    }
+
+    pub fn by_id(&self, id: i64) -> Option<&Account> {
+        self.by_id.get(&id)
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+
+    /// Adds accounts just read, emptying the cache first if they would take it past its limit.
+    pub fn fill(&mut self, accounts: impl IntoIterator<Item = Account>, count: usize) {
+        if self.by_id.len() + count > Self::MAX_CACHED_ACCOUNTS {
+            self.by_id.clear();
+            self.id_of.clear();
+        }
+        for a in accounts {
+            self.id_of.insert(a.code.clone(), a.id);
+            self.by_id.insert(a.id, a);
+        }
+    }
+}
+
+#[cfg(test)]
+mod cache_tests {
+    use super::*;
+
+    fn account(id: i64) -> Account {
+        Account {
+            id,
+            code: format!("a:{id}"),
+            currency: "EUR".into(),
+            scale: 2,
+            normal_balance: NormalBalance::Debit,
+            allow_negative: false,
+            metadata: Metadata::new(),
+            created_at: OffsetDateTime::UNIX_EPOCH,
+        }
+    }
+
+    #[test]
+    fn the_account_cache_empties_only_when_a_fill_would_take_it_past_its_limit() {
+        let mut cache = AccountCache::default();
+        let max = AccountCache::MAX_CACHED_ACCOUNTS as i64;
+        cache.fill((0..max - 10).map(account), (max - 10) as usize);
+        cache.fill((max - 10..max).map(account), 10);
+        assert_eq!(
+            cache.len(),
+            AccountCache::MAX_CACHED_ACCOUNTS,
+            "room enough: kept"
+        );
+        assert_eq!(cache.by_code("a:7").map(|a| a.id), Some(7));
+        cache.fill([account(max)], 1);
+        assert_eq!(cache.len(), 1, "past the limit: emptied first");
+        assert_eq!(
+            cache.by_id(max).map(|a| a.code.as_str()),
+            Some(format!("a:{max}").as_str())
+        );
     }
 }

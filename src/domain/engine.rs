@@ -45,6 +45,19 @@ pub struct Rule {
     pub allow_negative: bool,
 }
 
+impl Rule {
+    /// The rules of an account.
+    pub fn of(a: &super::account::Account) -> Rule {
+        Rule {
+            code: a.code.clone(),
+            currency: a.currency.clone(),
+            scale: a.scale,
+            normal_balance: a.normal_balance,
+            allow_negative: a.allow_negative,
+        }
+    }
+}
+
 /// The state of one leg after it was applied: the account's totals including it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LegEffect {

@@ -4,6 +4,7 @@
 
 pub mod lists;
 
+use crate::domain::account::AccountCache;
 use crate::domain::account::{validate_code, Metadata};
 use crate::domain::amount::format_minor;
 use crate::domain::limits::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
@@ -11,20 +12,19 @@ use crate::domain::posting::{
     parse_posting_id, validate_idempotency_key, PostRequest, VoidRequest,
 };
 use crate::domain::record::{AppliedAsOf, AsOf, Balance, Decided, Posting};
+use crate::domain::write::Command;
 use crate::domain::{Account, LedgerError, NewAccount, NormalBalance, Reason};
-use crate::storage::{self, accounts::Created, batch::Command, Pool, StorageError};
+use crate::storage::{self, accounts::Created, Pool, StorageError};
 use crate::writer::{BatchObserver, Writer};
 use std::collections::HashMap;
-use std::sync::RwLock;
-
-/// Accounts kept in memory (they never change), at most.
-pub const MAX_CACHED_ACCOUNTS: usize = 100_000;
+use std::sync::{Arc, RwLock};
 
 /// The ledger service.
 pub struct Ledger {
     pool: Pool,
     writer: Writer,
-    accounts: RwLock<HashMap<String, Account>>,
+    /// Accounts in memory, shared with the writer.
+    accounts: Arc<RwLock<AccountCache>>,
     page_key: Vec<u8>,
 }
 
@@ -54,11 +54,12 @@ impl Ledger {
         let client = pool.get().await?;
         let page_key = storage::read::page_token_key(&client).await?;
         drop(client);
-        let writer = Writer::spawn(pool.clone(), observer);
+        let accounts = Arc::new(RwLock::new(AccountCache::default()));
+        let writer = Writer::spawn(pool.clone(), accounts.clone(), observer);
         Ok(Ledger {
             pool,
             writer,
-            accounts: RwLock::new(HashMap::new()),
+            accounts,
             page_key,
         })
     }
@@ -122,7 +123,7 @@ impl Ledger {
         {
             let cache = self.accounts.read().expect("account cache lock");
             for c in codes {
-                match cache.get(c) {
+                match cache.by_code(c) {
                     Some(a) => {
                         found.insert(c.clone(), a.clone());
                     }
@@ -135,14 +136,14 @@ impl Ledger {
             let loaded = storage::accounts::get_many(&client, &missing)
                 .await
                 .map_err(unavailable)?;
-            let mut cache = self.accounts.write().expect("account cache lock");
-            if cache.len() + loaded.len() > MAX_CACHED_ACCOUNTS {
-                cache.clear();
+            for a in &loaded {
+                found.insert(a.code.clone(), a.clone());
             }
-            for a in loaded {
-                cache.insert(a.code.clone(), a.clone());
-                found.insert(a.code.clone(), a);
-            }
+            let n = loaded.len();
+            self.accounts
+                .write()
+                .expect("account cache lock")
+                .fill(loaded, n);
         }
         Ok(found)
     }

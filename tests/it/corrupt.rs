@@ -5,10 +5,10 @@
 use crate::ops::{sample, scrape};
 use crate::support::*;
 use ledger::domain::posting::{LegRequest, PostRequest, VoidRequest};
+use ledger::domain::write::{Command, WriteRequest};
 use ledger::domain::Direction;
 use ledger::grpc::pb;
 use ledger::server::OpsOptions;
-use ledger::storage::batch::{Command, WriteRequest};
 use tonic::Code;
 
 /// Inserts, as `ledger_app`, a posting of one leg (5.00 debit on `acct:0`) keyed
@@ -239,8 +239,8 @@ async fn a_batch_with_a_void_of_a_corrupt_posting_refuses_that_void_and_commits_
     let (sequence, id) = insert_one_leg_posting(&t, "intruded").await;
     let pool = ledger::storage::pool(&t.database_url, 2).unwrap();
     let batch = mixed_batch(&pool, id, 3).await;
-    let mut client = pool.get().await.unwrap();
-    let outcomes = ledger::storage::batch::apply(&mut client, &batch)
+    let client = pool.get().await.unwrap();
+    let outcomes = ledger::writer::apply_alone(&client, &batch)
         .await
         .expect("the batch commits");
     let refused = outcomes[0].as_ref().unwrap_err();

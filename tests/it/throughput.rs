@@ -4,8 +4,9 @@
 
 use crate::support::*;
 use ledger::domain::posting::{LegRequest, PostRequest};
+use ledger::domain::write::{Command, WriteRequest};
 use ledger::domain::{Direction, Metadata, Reason};
-use ledger::storage::batch::{self, Command, WriteRequest};
+use ledger::writer;
 use std::collections::HashMap;
 use tonic::Code;
 
@@ -57,7 +58,7 @@ async fn a_batch_answers_its_accepted_rejected_and_duplicate_postings_each_on_th
         .await
         .unwrap();
     let pool = ledger::storage::pool(&t.database_url, 2).unwrap();
-    let mut db = pool.get().await.unwrap();
+    let db = pool.get().await.unwrap();
     let batch = vec![
         valid_transfer(&db, "pay", "acct:0", "acct:1", "4.00").await,
         // acct:1 holds 4.00 after the first request: 50.00 overdraws it.
@@ -66,7 +67,9 @@ async fn a_batch_answers_its_accepted_rejected_and_duplicate_postings_each_on_th
         valid_transfer(&db, "fund", "equity:world", "acct:0", "10.00").await,
         valid_transfer(&db, "pay", "acct:0", "acct:1", "5.00").await,
     ];
-    let out = batch::apply(&mut db, &batch).await.expect("batch commits");
+    let out = writer::apply_alone(&db, &batch)
+        .await
+        .expect("batch commits");
     assert_eq!(out.len(), batch.len());
 
     let accepted = out[0].as_ref().expect("first request accepted");
@@ -133,8 +136,8 @@ async fn two_batches_claiming_the_same_keys_in_opposite_orders_post_each_key_onc
         let run = |reqs: Vec<WriteRequest>| {
             let pool = pool.clone();
             tokio::spawn(async move {
-                let mut db = pool.get().await.unwrap();
-                batch::apply(&mut db, &reqs).await
+                let db = pool.get().await.unwrap();
+                writer::apply_alone(&db, &reqs).await
             })
         };
         let (a, b) = (run(forward), run(backward));
@@ -210,7 +213,7 @@ async fn the_writer_does_not_scan_tables_that_grew_after_its_statements_were_pre
     let mut t = TestLedger::start().await;
     t.standard_accounts(4).await;
     let pool = ledger::storage::pool(&t.database_url, 1).unwrap();
-    let mut w = pool.get().await.unwrap();
+    let w = pool.get().await.unwrap();
     // The writer's connection prepares its statements while the tables are small (a cached
     // plan is chosen after a few executions), and sees a replay (the decided-key lookup) and
     // voids (the void's foreign key check reads `postings`).
@@ -225,7 +228,7 @@ async fn the_writer_does_not_scan_tables_that_grew_after_its_statements_were_pre
         if i >= 2 {
             batch.push(void_of(&warm[i - 2], &format!("warm-void-{i}")));
         }
-        let out = batch::apply(&mut w, &batch).await.unwrap();
+        let out = writer::apply_alone(&w, &batch).await.unwrap();
         assert!(out[1].as_ref().unwrap().replayed);
         assert!(out.iter().all(|o| o.is_ok()), "{out:?}");
         warm.push(out[0].as_ref().unwrap().posting.posting_id);
@@ -282,7 +285,7 @@ async fn the_writer_does_not_scan_tables_that_grew_after_its_statements_were_pre
         );
         // A void: of the last warm posting, then of the previous batch's first posting.
         reqs.push(void_of(&target, &format!("grown-void-{i}")));
-        let out = batch::apply(&mut w, &reqs).await.unwrap();
+        let out = writer::apply_alone(&w, &reqs).await.unwrap();
         assert!(out.iter().all(|o| o.is_ok()), "{out:?}");
         assert!(out[out.len() - 2].as_ref().unwrap().replayed);
         target = out[0].as_ref().unwrap().posting.posting_id;
@@ -344,13 +347,13 @@ async fn a_failed_batch_writes_nothing_and_answers_every_caller_unavailable() {
 
     // Directly: one batch holding an acceptable, a rejected and a duplicate request.
     let pool = ledger::storage::pool(&t.database_url, 2).unwrap();
-    let mut db = pool.get().await.unwrap();
+    let db = pool.get().await.unwrap();
     let batch = vec![
         valid_transfer(&db, "a", "acct:0", "acct:1", "1.00").await,
         valid_transfer(&db, "b", "acct:2", "acct:1", "1.00").await,
         valid_transfer(&db, "a", "acct:0", "acct:1", "1.00").await,
     ];
-    let err = batch::apply(&mut db, &batch)
+    let err = writer::apply_alone(&db, &batch)
         .await
         .expect_err("the batch transaction fails");
     assert!(err.to_string().contains("outbox refused"), "{err}");

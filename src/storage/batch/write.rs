@@ -1,0 +1,263 @@
+//! The write step: a decided plan into the journal, one statement per table, and the commit.
+
+use super::GENERIC_PLANS;
+use crate::domain::amount::Amount;
+use crate::domain::write::{Clock, Plan};
+use crate::storage::accounts::metadata_to_json;
+use crate::storage::read::direction_to_sql;
+use crate::storage::StorageError;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+const POSTINGS_SQL: &str = "INSERT INTO postings (sequence, posting_id, caller, idempotency_key, effective_at, recorded_at, memo, metadata, voids_posting_id, void_reason, key_id)
+     SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::text[], $8::jsonb[], $9::uuid[], $10::text[], $11::bigint[])";
+
+const ENTRIES_SQL: &str = "INSERT INTO entries (sequence, leg_index, account_id, direction, amount, account_version, debits_after, credits_after, recorded_at, effective_at)
+     SELECT s, l, a, d, am::numeric, v, da::numeric, ca::numeric, r, e
+     FROM unnest($1::bigint[], $2::int2[], $3::bigint[], $4::\"char\"[], $5::text[], $6::bigint[], $7::text[], $8::text[], $9::timestamptz[], $10::timestamptz[])
+          AS u(s, l, a, d, am, v, da, ca, r, e)";
+
+const REJECTIONS_SQL: &str =
+    "INSERT INTO rejections (caller, idempotency_key, reason, message, metadata)
+     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[])";
+
+const OUTBOX_SQL: &str = "INSERT INTO outbox (sequence, posting_id, created_at)
+     SELECT s, p, $3 FROM unnest($1::bigint[], $2::uuid[]) AS u(s, p)";
+
+/// The batch's new totals, one row per account touched.
+const TOTALS_UPDATE_SQL: &str = "UPDATE account_totals t SET debits = u.d::numeric, credits = u.c::numeric, version = u.v, last_sequence = u.s
+     FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::bigint[]) AS u(id, d, c, v, s)
+     WHERE t.account_id = u.id";
+
+const STATE_UPDATE_SQL: &str =
+    "UPDATE ledger_state SET last_sequence = $1, last_recorded_at = $2 WHERE ledger_id = 1";
+
+/// The plan as column arrays, one per column of each multi-row insert.
+#[derive(Default)]
+struct Columns {
+    p_seq: Vec<i64>,
+    p_id: Vec<Uuid>,
+    p_caller: Vec<String>,
+    p_key: Vec<String>,
+    p_key_id: Vec<i64>,
+    p_effective: Vec<OffsetDateTime>,
+    p_recorded: Vec<OffsetDateTime>,
+    p_memo: Vec<String>,
+    p_meta: Vec<serde_json::Value>,
+    p_voids: Vec<Option<Uuid>>,
+    p_reason: Vec<Option<String>>,
+    e_seq: Vec<i64>,
+    e_leg: Vec<i16>,
+    e_account: Vec<i64>,
+    e_dir: Vec<i8>,
+    e_amount: Vec<String>,
+    e_version: Vec<i64>,
+    e_debits: Vec<String>,
+    e_credits: Vec<String>,
+    e_recorded: Vec<OffsetDateTime>,
+    e_effective: Vec<OffsetDateTime>,
+    r_caller: Vec<String>,
+    r_key: Vec<String>,
+    r_reason: Vec<String>,
+    r_message: Vec<String>,
+    r_metadata: Vec<serde_json::Value>,
+    t_id: Vec<i64>,
+    t_debits: Vec<String>,
+    t_credits: Vec<String>,
+    t_version: Vec<i64>,
+    t_last: Vec<i64>,
+}
+
+impl Columns {
+    fn of(plan: &Plan) -> Columns {
+        let mut c = Columns::default();
+        for p in &plan.postings {
+            let posting = &p.posting;
+            let seq = posting.sequence as i64;
+            c.p_seq.push(seq);
+            c.p_id.push(posting.posting_id);
+            c.p_caller.push(posting.caller.clone());
+            c.p_key.push(posting.idempotency_key.clone());
+            c.p_key_id.push(p.key_id);
+            c.p_effective.push(posting.effective_at);
+            c.p_recorded.push(posting.recorded_at);
+            c.p_memo.push(posting.memo.clone());
+            c.p_meta.push(metadata_to_json(&posting.metadata));
+            c.p_voids.push(posting.voids_posting_id);
+            c.p_reason.push(posting.void_reason.clone());
+            for (i, l) in p.legs.iter().enumerate() {
+                let scale = l.amount.scale();
+                c.e_seq.push(seq);
+                c.e_leg.push(i as i16);
+                c.e_account.push(l.account_id);
+                c.e_dir.push(direction_to_sql(l.direction));
+                c.e_amount.push(l.amount.to_string());
+                c.e_version.push(l.after.version);
+                c.e_debits
+                    .push(Amount::from_minor(l.after.debits, scale).to_string());
+                c.e_credits
+                    .push(Amount::from_minor(l.after.credits, scale).to_string());
+                c.e_recorded.push(posting.recorded_at);
+                c.e_effective.push(posting.effective_at);
+            }
+        }
+        c.rejections_and_totals(plan);
+        c
+    }
+
+    fn rejections_and_totals(&mut self, plan: &Plan) {
+        for r in &plan.rejections {
+            self.r_caller.push(r.caller.clone());
+            self.r_key.push(r.key.clone());
+            self.r_reason.push(r.error.reason.as_str().to_owned());
+            self.r_message.push(r.error.message.clone());
+            self.r_metadata.push(metadata_to_json(&r.error.metadata));
+        }
+        for t in &plan.totals {
+            self.t_id.push(t.account_id);
+            self.t_debits
+                .push(Amount::from_minor(t.totals.debits, t.scale).to_string());
+            self.t_credits
+                .push(Amount::from_minor(t.totals.credits, t.scale).to_string());
+            self.t_version.push(t.totals.version);
+            self.t_last.push(t.last_sequence);
+        }
+    }
+}
+
+/// Writes the plan in the transaction [`super::load`] opened, and commits: one statement per
+/// table, prepared once per connection, sent pipelined together with `COMMIT` (one round
+/// trip). If any statement fails the transaction is aborted and the `COMMIT` becomes a
+/// rollback; the error is returned (and the commit's fate may be unknown: the callers must
+/// be told `UNAVAILABLE`). The plan is asserted sound first: the ledger never writes a plan
+/// that breaks the journal's rules, it stops.
+pub async fn write(
+    client: &deadpool_postgres::Client,
+    plan: &Plan,
+    clock: &Clock,
+) -> Result<(), StorageError> {
+    plan.assert_sound(clock);
+    let c = Columns::of(plan);
+    let (postings_st, entries_st, rejections_st, outbox_st, totals_st, state_st) = futures_util::try_join!(
+        client.prepare_cached(POSTINGS_SQL),
+        client.prepare_cached(ENTRIES_SQL),
+        client.prepare_cached(REJECTIONS_SQL),
+        client.prepare_cached(OUTBOX_SQL),
+        client.prepare_cached(TOTALS_UPDATE_SQL),
+        client.prepare_cached(STATE_UPDATE_SQL),
+    )?;
+    let some = |n: usize| n > 0;
+    let postings = async {
+        if !some(c.p_seq.len()) {
+            return Ok(0);
+        }
+        client
+            .execute(
+                &postings_st,
+                &[
+                    &c.p_seq,
+                    &c.p_id,
+                    &c.p_caller,
+                    &c.p_key,
+                    &c.p_effective,
+                    &c.p_recorded,
+                    &c.p_memo,
+                    &c.p_meta,
+                    &c.p_voids,
+                    &c.p_reason,
+                    &c.p_key_id,
+                ],
+            )
+            .await
+    };
+    let entries = async {
+        if !some(c.e_seq.len()) {
+            return Ok(0);
+        }
+        client
+            .execute(
+                &entries_st,
+                &[
+                    &c.e_seq,
+                    &c.e_leg,
+                    &c.e_account,
+                    &c.e_dir,
+                    &c.e_amount,
+                    &c.e_version,
+                    &c.e_debits,
+                    &c.e_credits,
+                    &c.e_recorded,
+                    &c.e_effective,
+                ],
+            )
+            .await
+    };
+    let rejections = async {
+        if !some(c.r_caller.len()) {
+            return Ok(0);
+        }
+        client
+            .execute(
+                &rejections_st,
+                &[
+                    &c.r_caller,
+                    &c.r_key,
+                    &c.r_reason,
+                    &c.r_message,
+                    &c.r_metadata,
+                ],
+            )
+            .await
+    };
+    let outbox = async {
+        if !some(c.p_seq.len()) {
+            return Ok(0);
+        }
+        client
+            .execute(&outbox_st, &[&c.p_seq, &c.p_id, &plan.base])
+            .await
+    };
+    let totals = async {
+        if !some(c.t_id.len()) {
+            return Ok(0);
+        }
+        client
+            .execute(
+                &totals_st,
+                &[&c.t_id, &c.t_debits, &c.t_credits, &c.t_version, &c.t_last],
+            )
+            .await
+    };
+    let state = async {
+        let Some((last_sequence, last_recorded)) = plan.last() else {
+            return Ok(0);
+        };
+        client
+            .execute(&state_st, &[&last_sequence, &last_recorded])
+            .await
+    };
+    // The futures are polled, and so sent, in this order: first what is planned for each
+    // execution, the totals update (it reads `account_totals`) and the postings insert (a
+    // void's foreign key check reads `postings`, on a plan of the same mode); then the other
+    // inserts and the state row on their generic plans; then COMMIT right behind them. An
+    // earlier failure turns the COMMIT into a rollback and is reported here.
+    let (t, p, _, e, _, o, _, _) = futures_util::try_join!(
+        totals,
+        postings,
+        client.batch_execute(GENERIC_PLANS),
+        entries,
+        rejections,
+        outbox,
+        state,
+        client.batch_execute("COMMIT")
+    )?;
+    assert_eq!(p as usize, c.p_seq.len());
+    assert_eq!(e as usize, c.e_seq.len());
+    assert_eq!(o as usize, c.p_seq.len());
+    assert_eq!(
+        t as usize,
+        c.t_id.len(),
+        "every touched account has a totals row"
+    );
+    Ok(())
+}
