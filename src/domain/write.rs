@@ -602,3 +602,8 @@ fn answer(r: &WriteRequest, i: usize, d: &Decision) -> Outcome {
         replayed: true,
     })
 }
+
+#[cfg(test)]
+mod model;
+#[cfg(test)]
+mod rules;
