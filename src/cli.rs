@@ -115,6 +115,22 @@ enum Command {
     /// Benchmark of as-of reads (GetBalance per kind of cut-off on an account with 1,000,000
     /// legs) and of the write path with and without the as-of index.
     BenchAsOf(crate::bench_asof::BenchAsOfArgs),
+    /// Accounts: create, get, list (a client of a running server).
+    Account {
+        #[command(subcommand)]
+        command: crate::tools::commands::AccountCommand,
+    },
+    /// Records one balanced posting (a client of a running server; needs --key).
+    Post(crate::tools::commands::PostArgs),
+    /// Records the compensating posting of an earlier one (needs --key).
+    Void(crate::tools::commands::VoidArgs),
+    /// Postings: get one by id or by your idempotency key.
+    Posting {
+        #[command(subcommand)]
+        command: crate::tools::commands::PostingCommand,
+    },
+    /// An account's balance at a cut-off.
+    Balance(crate::tools::commands::BalanceArgs),
 }
 
 /// Access and operations options of `serve`.
@@ -364,6 +380,11 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
         }
         Command::Report(args) => Ok(crate::report::run(args).await?),
         Command::BenchAsOf(args) => crate::bench_asof::run(args).await,
+        Command::Account { command } => client(crate::tools::commands::account(command).await),
+        Command::Post(args) => client(crate::tools::commands::post(args).await),
+        Command::Void(args) => client(crate::tools::commands::void(args).await),
+        Command::Posting { command } => client(crate::tools::commands::posting(command).await),
+        Command::Balance(args) => client(crate::tools::commands::balance(args).await),
     }
 }
 
@@ -377,6 +398,11 @@ async fn migrate(url: &str) -> Result<ExitCode, BoxError> {
     };
     print(&format!("migrations applied: {applied}\n"))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A client command's result as the process's: success, or its error.
+fn client(r: Result<(), crate::tools::ToolError>) -> Result<ExitCode, BoxError> {
+    r.map(|()| ExitCode::SUCCESS).map_err(Into::into)
 }
 
 /// Prints the invariant report; the exit code is 1 when any invariant is violated.

@@ -132,7 +132,10 @@ pub fn validate_effective_at(at: Option<OffsetDateTime>) -> Result<(), LedgerErr
         if !(1900..=9999).contains(&at.year()) {
             return Err(LedgerError::new(
                 Reason::InvalidField,
-                format!("effective_at {at} is outside years 1900..=9999"),
+                format!(
+                    "effective_at {} is outside years 1900..=9999",
+                    super::record::rfc3339(at)
+                ),
             )
             .with("field", "effective_at"));
         }

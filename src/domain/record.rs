@@ -5,6 +5,12 @@ use super::amount::Amount;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+/// A time as the ledger's messages print it: RFC 3339 (`2027-01-05T14:02:00Z`).
+pub fn rfc3339(t: OffsetDateTime) -> String {
+    t.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| t.to_string())
+}
+
 /// One leg of a recorded posting.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PostedLeg {

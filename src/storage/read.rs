@@ -4,7 +4,7 @@ use super::accounts::{account_from_row, metadata_from_json, ACCOUNT_COLUMNS};
 use super::{StorageError, LEDGER_WRITE_LOCK};
 use crate::domain::amount::{parse_stored, Amount};
 use crate::domain::engine::balance_of;
-use crate::domain::record::{AppliedAsOf, AsOf, Balance, Entry, PostedLeg, Posting};
+use crate::domain::record::{rfc3339, AppliedAsOf, AsOf, Balance, Entry, PostedLeg, Posting};
 use crate::domain::{Account, Direction, LedgerError, Reason};
 use deadpool_postgres::GenericClient;
 use time::OffsetDateTime;
@@ -292,7 +292,7 @@ pub async fn resolve_as_of(
         if r > state.now && r > state.last_recorded {
             return Ok(Err(LedgerError::new(
                 Reason::AsOfInFuture,
-                format!("as_of.recorded_at {r} is in the future (the ledger's clock reads {}); the ledger cannot answer for a time it has not reached", state.now),
+                format!("as_of.recorded_at {} is in the future (the ledger's clock reads {}); the ledger cannot answer for a time it has not reached", rfc3339(r), rfc3339(state.now)),
             )));
         }
     }

@@ -698,6 +698,11 @@ async fn a_posting_recorded_ahead_of_the_clock_is_seen_at_once_and_its_time_is_a
         .await
         .unwrap_err();
     assert_error(&err, Code::InvalidArgument, "AS_OF_IN_FUTURE");
+    // Times in messages are RFC 3339, as callers send them.
+    let asked = (rec + Duration::seconds(1))
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap();
+    assert!(err.message().contains(&asked), "{}", err.message());
 }
 
 #[tokio::test]

@@ -1,0 +1,154 @@
+//! The client tools: commands that talk to a running ledger over gRPC like any other caller
+//! (`account`, `post`, `void`, `posting`, `balance`, `report`, `bench`), built on
+//! `ledger-client`. They share one set of connection options ([`ClientArgs`]: the server's
+//! address, a bearer token, TLS), one way of reading and printing times (RFC 3339), and one
+//! error type that keeps the server's reason and the cause chain.
+
+pub mod commands;
+pub mod output;
+
+use ledger_client::{ConnectOptions, RawClient};
+use std::path::PathBuf;
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+
+/// How a client tool reaches the server.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ClientArgs {
+    /// The ledger server: host:port (as grpcurl takes it) or an http:// or https:// URL.
+    #[arg(long, env = "LEDGER_SERVER", default_value = "127.0.0.1:50051")]
+    pub server: String,
+    /// Bearer token, for a server started with --auth-tokens.
+    #[arg(long, env = "LEDGER_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// CA certificate (PEM) to check the server's certificate against: turns TLS on.
+    #[arg(long, env = "LEDGER_CA_CERT")]
+    pub ca_cert: Option<PathBuf>,
+    /// Client certificate chain (PEM) for mutual TLS (with --client-key).
+    #[arg(long, env = "LEDGER_CLIENT_CERT", requires = "client_key")]
+    pub client_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(
+        long,
+        env = "LEDGER_CLIENT_KEY",
+        requires = "client_cert",
+        hide_env_values = true
+    )]
+    pub client_key: Option<PathBuf>,
+    /// The name the server's certificate must carry (default: the host of --server).
+    #[arg(long, env = "LEDGER_TLS_DOMAIN")]
+    pub tls_domain: Option<String>,
+}
+
+/// An empty value (`LEDGER_TOKEN=`) means "not set".
+fn set<T: AsRef<std::ffi::OsStr>>(v: &Option<T>) -> Option<&T> {
+    v.as_ref().filter(|s| !s.as_ref().is_empty())
+}
+
+fn read(what: &str, path: &std::path::Path) -> Result<Vec<u8>, ToolError> {
+    std::fs::read(path)
+        .map_err(|e| ToolError(format!("cannot read the {what} {}: {e}", path.display())))
+}
+
+impl ClientArgs {
+    /// The connection options, with the certificate files read.
+    pub fn options(&self) -> Result<ConnectOptions, ToolError> {
+        let identity = match (set(&self.client_cert), set(&self.client_key)) {
+            (Some(c), Some(k)) => Some((read("client certificate", c)?, read("client key", k)?)),
+            _ => None,
+        };
+        Ok(ConnectOptions {
+            server: self.server.clone(),
+            token: set(&self.token).cloned(),
+            ca_cert: set(&self.ca_cert)
+                .map(|p| read("CA certificate", p))
+                .transpose()?,
+            client_identity: identity,
+            tls_domain: set(&self.tls_domain).cloned(),
+        })
+    }
+
+    /// Connects to the server.
+    pub async fn connect(&self) -> Result<RawClient, ToolError> {
+        ledger_client::connect(&self.options()?)
+            .await
+            .map_err(ToolError::from)
+    }
+}
+
+/// A failure of a client tool, for a person: what went wrong with its cause, or the server's
+/// answer (its code, reason and message).
+#[derive(Debug)]
+pub struct ToolError(pub String);
+
+impl std::fmt::Display for ToolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ToolError {}
+
+impl From<ledger_client::Error> for ToolError {
+    fn from(e: ledger_client::Error) -> ToolError {
+        ToolError(e.to_string())
+    }
+}
+
+impl From<tonic::Status> for ToolError {
+    fn from(s: tonic::Status) -> ToolError {
+        let e = ledger_client::Error::from_status(&s);
+        ToolError(format!("{:?} {e}", s.code()))
+    }
+}
+
+/// The forms [`parse_time`] accepts, for its messages.
+pub const TIME_FORMS: &str =
+    "RFC 3339 (2026-12-31T23:59:59Z, 2026-12-31T23:59:59.5+01:00) or a date alone (2026-12-31: the start of that day, UTC)";
+
+/// A time from the command line: RFC 3339, or a date alone as the start of that day (UTC).
+pub fn parse_time(s: &str) -> Result<OffsetDateTime, String> {
+    if let Ok(t) = OffsetDateTime::parse(s, &Rfc3339) {
+        return Ok(t);
+    }
+    let date = time::macros::format_description!("[year]-[month]-[day]");
+    match time::Date::parse(s, &date) {
+        Ok(d) => Ok(d.midnight().assume_utc()),
+        Err(_) => Err(format!("{s:?} is not a time; give {TIME_FORMS}")),
+    }
+}
+
+/// A time as people read it in messages and tables: RFC 3339.
+pub fn show_time(t: OffsetDateTime) -> String {
+    t.format(&Rfc3339).unwrap_or_else(|_| t.to_string())
+}
+
+/// A protobuf timestamp in RFC 3339 (empty when absent).
+pub fn show_ts(t: &Option<prost_types::Timestamp>) -> String {
+    let Some(ts) = t else { return String::new() };
+    crate::grpc::convert::time_from_pb("time", ts)
+        .map(show_time)
+        .unwrap_or_else(|_| format!("{}s", ts.seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_rfc_3339_or_a_date_alone_at_midnight_utc() {
+        let t = parse_time("2026-12-01").unwrap();
+        assert_eq!(show_time(t), "2026-12-01T00:00:00Z");
+        let t = parse_time("2026-12-31T23:59:59.5+01:00").unwrap();
+        assert_eq!(show_time(t), "2026-12-31T23:59:59.5+01:00");
+        for bad in [
+            "2026-13-01",
+            "yesterday",
+            "2026-12-01 10:00",
+            "2026-12-01T10:00:00",
+        ] {
+            let e = parse_time(bad).unwrap_err();
+            assert!(e.contains("RFC 3339") && e.contains("a date alone"), "{e}");
+        }
+    }
+}

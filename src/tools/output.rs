@@ -1,0 +1,177 @@
+//! How the client tools print the ledger's answers: `table` for people (aligned columns, or
+//! one `field: value` line each for a single record), `json` for programs, in the proto3 JSON
+//! mapping that grpcurl prints (lowerCamelCase names, 64-bit integers and enums as strings,
+//! times in RFC 3339, default values included).
+
+use super::show_ts;
+use crate::grpc::pb;
+use serde_json::{json, Value};
+use std::fmt::Write as _;
+
+/// How to print.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Format {
+    /// For people: aligned columns, or one `field: value` line each.
+    #[default]
+    Table,
+    /// For programs: one JSON object (proto3 JSON names, as grpcurl prints them).
+    Json,
+}
+
+fn direction(d: i32) -> &'static str {
+    pb::Direction::try_from(d).map_or("DIRECTION_UNSPECIFIED", |d| d.as_str_name())
+}
+
+fn normal(n: i32) -> &'static str {
+    pb::NormalBalance::try_from(n).map_or("NORMAL_BALANCE_UNSPECIFIED", |n| n.as_str_name())
+}
+
+fn metadata(m: &std::collections::HashMap<String, String>) -> Value {
+    let sorted: std::collections::BTreeMap<_, _> = m.iter().collect();
+    json!(sorted)
+}
+
+pub fn account_json(a: &pb::Account) -> Value {
+    json!({
+        "code": a.code,
+        "currency": a.currency,
+        "scale": a.scale,
+        "normalBalance": normal(a.normal_balance),
+        "allowNegative": a.allow_negative,
+        "metadata": metadata(&a.metadata),
+        "createdAt": show_ts(&a.created_at),
+    })
+}
+
+fn leg_json(l: &pb::Leg) -> Value {
+    json!({ "account": l.account, "direction": direction(l.direction), "amount": l.amount })
+}
+
+pub fn posting_json(p: &pb::Posting) -> Value {
+    json!({
+        "postingId": p.posting_id,
+        "sequence": p.sequence.to_string(),
+        "idempotencyKey": p.idempotency_key,
+        "legs": p.legs.iter().map(leg_json).collect::<Vec<_>>(),
+        "effectiveAt": show_ts(&p.effective_at),
+        "recordedAt": show_ts(&p.recorded_at),
+        "memo": p.memo,
+        "metadata": metadata(&p.metadata),
+        "voidsPostingId": p.voids_posting_id,
+        "voidedByPostingId": p.voided_by_posting_id,
+        "voidReason": p.void_reason,
+        "caller": p.caller,
+    })
+}
+
+pub fn balance_json(b: &pb::Balance) -> Value {
+    let as_of = b.as_of.unwrap_or_default();
+    json!({
+        "account": b.account,
+        "currency": b.currency,
+        "debits": b.debits,
+        "credits": b.credits,
+        "balance": b.balance,
+        "asOfSequence": b.as_of_sequence.to_string(),
+        "asOf": { "recordedAt": show_ts(&as_of.recorded_at), "effectiveAt": show_ts(&as_of.effective_at) },
+    })
+}
+
+/// A JSON object with one more field.
+pub fn with(mut v: Value, key: &str, value: Value) -> Value {
+    if let Value::Object(m) = &mut v {
+        m.insert(key.to_owned(), value);
+    }
+    v
+}
+
+/// A single record as `field: value` lines, nested values flattened (`legs[0].amount`).
+pub fn fields(v: &Value) -> String {
+    let mut out = String::new();
+    let mut lines: Vec<(String, String)> = Vec::new();
+    flatten("", v, &mut lines);
+    let width = lines.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    for (k, v) in lines {
+        let _ = writeln!(out, "{k:width$}  {v}");
+    }
+    out
+}
+
+fn flatten(name: &str, v: &Value, out: &mut Vec<(String, String)>) {
+    let join = |k: &str| {
+        if name.is_empty() {
+            k.to_owned()
+        } else {
+            format!("{name}.{k}")
+        }
+    };
+    match v {
+        Value::Object(m) if !m.is_empty() => {
+            for (k, v) in m {
+                flatten(&join(k), v, out);
+            }
+        }
+        Value::Object(_) => out.push((name.to_owned(), "{}".into())),
+        Value::Array(a) if !a.is_empty() => {
+            for (i, item) in a.iter().enumerate() {
+                flatten(&format!("{name}[{i}]"), item, out);
+            }
+        }
+        Value::Array(_) => out.push((name.to_owned(), "[]".into())),
+        Value::String(s) => out.push((name.to_owned(), s.clone())),
+        other => out.push((name.to_owned(), other.to_string())),
+    }
+}
+
+/// Rows as aligned columns, the first row being the header.
+pub fn columns(rows: &[Vec<String>]) -> String {
+    let n = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..n)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let line: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .map(|(s, w)| format!("{s:w$}"))
+            .collect();
+        let _ = writeln!(out, "{}", line.join("  ").trim_end());
+    }
+    out
+}
+
+/// Pretty JSON with a final newline.
+pub fn json_text(v: &Value) -> String {
+    format!(
+        "{}\n",
+        serde_json::to_string_pretty(v).expect("JSON of plain values")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_prints_as_aligned_field_lines_with_nested_values_flattened() {
+        let v = json!({ "a": "1", "legs": [{ "x": "y" }], "m": {}, "n": 5 });
+        assert_eq!(
+            fields(&v),
+            "a          1\nlegs[0].x  y\nm          {}\nn          5\n"
+        );
+        assert_eq!(
+            columns(&[
+                vec!["A".into(), "BB".into()],
+                vec!["ccc".into(), "d".into()]
+            ]),
+            "A    BB\nccc  d\n"
+        );
+    }
+}
