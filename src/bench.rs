@@ -9,13 +9,12 @@
 //! second to stderr and, as the last line on stdout, one JSON object with the results.
 
 use crate::grpc::pb;
-use crate::grpc::pb::ledger_client::LedgerClient;
 use hdrhistogram::Histogram;
+use ledger_client::RawClient;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
-use tonic::transport::Channel;
 
 /// HTTP/2 connections the load is spread over.
 pub const BENCH_CHANNELS: usize = 4;
@@ -36,9 +35,8 @@ pub enum Scenario {
 /// Options of `ledger bench`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// The server to load.
-    #[arg(long, default_value = "http://127.0.0.1:50051")]
-    pub target: String,
+    #[command(flatten)]
+    pub client: crate::tools::ClientArgs,
     /// How long to send requests, in seconds.
     #[arg(long, default_value_t = 10.0)]
     pub duration: f64,
@@ -94,12 +92,7 @@ pub async fn run(args: BenchArgs) -> Result<(), BoxError> {
     }
     let mut channels = Vec::with_capacity(BENCH_CHANNELS);
     for _ in 0..BENCH_CHANNELS {
-        let ch = Channel::from_shared(args.target.clone())?
-            .tcp_nodelay(true)
-            .connect()
-            .await
-            .map_err(|e| format!("cannot connect to {}: {e}", args.target))?;
-        channels.push(LedgerClient::new(ch));
+        channels.push(args.client.connect().await?);
     }
     let summary = match args.scenario {
         Scenario::Post => post_scenario(&args, &channels).await?,
@@ -208,10 +201,7 @@ impl Plan {
 
 /// Creates (or reuses) the accounts and funds each asset account; returns the plan and the
 /// number of funding postings made.
-async fn setup(
-    args: &BenchArgs,
-    channels: &[LedgerClient<Channel>],
-) -> Result<(Plan, u64), BoxError> {
+async fn setup(args: &BenchArgs, channels: &[RawClient]) -> Result<(Plan, u64), BoxError> {
     let run_id = format!(
         "{:x}{:04x}",
         std::time::SystemTime::now()
@@ -309,7 +299,7 @@ async fn setup(
 
 /// Sends one request and records its outcome; returns whether it is worth re-sending later.
 async fn send(
-    client: &mut LedgerClient<Channel>,
+    client: &mut RawClient,
     req: pb::PostRequest,
     duplicate: bool,
     stats: &Stats,
@@ -350,7 +340,7 @@ async fn send(
 
 async fn post_scenario(
     args: &BenchArgs,
-    channels: &[LedgerClient<Channel>],
+    channels: &[RawClient],
 ) -> Result<serde_json::Value, BoxError> {
     let (plan, setup_postings) = setup(args, channels).await?;
     let plan = Arc::new(plan);

@@ -288,14 +288,15 @@ async fn the_token_command_prints_a_token_and_a_line_that_authenticates_it() {
 
 // ---- TLS and mutual TLS ------------------------------------------------------------------
 
-struct Pki {
-    ca_pem: String,
-    server: TlsPem,
+/// A test CA, a server certificate for `localhost` it signed, and client certificates.
+pub(crate) struct Pki {
+    pub(crate) ca_pem: String,
+    pub(crate) server: TlsPem,
     issuer: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
 }
 
 impl Pki {
-    fn new() -> Pki {
+    pub(crate) fn new() -> Pki {
         let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
         ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
         ca.distinguished_name
@@ -331,7 +332,7 @@ impl Pki {
         (cert.pem(), key.serialize_pem())
     }
 
-    fn client(&self, cn: &str, sans: &[&str]) -> Identity {
+    pub(crate) fn client(&self, cn: &str, sans: &[&str]) -> Identity {
         let (cert, key) = Self::leaf(&self.issuer, cn, sans);
         Identity::from_pem(cert, key)
     }

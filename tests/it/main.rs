@@ -7,6 +7,7 @@ mod accounts;
 mod append_only;
 mod asof;
 mod check;
+mod cli;
 mod corrupt;
 mod embedded;
 mod faults;

@@ -507,7 +507,7 @@ async fn run_bench(t: &TestLedger, args: &str) -> serde_json::Value {
     let addr = t.server.as_ref().unwrap().local_addr;
     let target = format!("http://{addr}");
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_ledger"))
-        .args(["bench", "--target", &target])
+        .args(["bench", "--server", &target])
         .args(args.split_whitespace())
         .env("LEDGER_LOG", "warn")
         .output()
@@ -571,7 +571,7 @@ async fn bench_open_loop_offers_rate_times_duration_requests_and_reports_what_it
 #[tokio::test]
 async fn bench_refuses_fewer_than_two_legs() {
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_ledger"))
-        .args(["bench", "--target", "http://127.0.0.1:9", "--legs", "1"])
+        .args(["bench", "--server", "127.0.0.1:9", "--legs", "1"])
         .output()
         .await
         .unwrap();

@@ -1,0 +1,262 @@
+//! The CLI as a client: its write and read commands against a running server, with a token
+//! and over TLS, as a person or a script would use them.
+
+use crate::access::Pki;
+use crate::support::*;
+use ledger::access::auth::{auth_line, new_token, AuthFile, Role};
+use ledger::server::{OpsOptions, TlsPem};
+use serde_json::Value;
+use std::process::Output;
+
+/// Runs `ledger ARGS…` against `server` (`--server` appended) and returns its output.
+async fn ledger(args: &[&str], server: &str) -> Output {
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["--server", server]);
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_ledger"))
+        .args(&all)
+        .env_remove("LEDGER_SERVER")
+        .env_remove("LEDGER_TOKEN")
+        .output()
+        .await
+        .expect("ledger runs")
+}
+
+fn json(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[tokio::test]
+async fn the_cli_creates_accounts_posts_replays_voids_and_reads_a_balance() {
+    let t = TestLedger::start().await;
+    let s = t.server.as_ref().unwrap().local_addr.to_string();
+    for (code, normal, neg) in [
+        ("equity:world", "credit", true),
+        ("assets:bank", "debit", false),
+    ] {
+        let mut args = vec![
+            "account",
+            "create",
+            code,
+            "--currency",
+            "EUR",
+            "--scale",
+            "2",
+            "--normal",
+            normal,
+            "--format",
+            "json",
+        ];
+        if neg {
+            args.push("--allow-negative");
+        }
+        assert_eq!(json(&ledger(&args, &s).await)["created"], true);
+    }
+    let legs = ["assets:bank:debit:100.00", "equity:world:credit:100.00"];
+    let post = |key: &'static str| {
+        let mut a = vec!["post", "--key", key, "--memo", "top-up", "--format", "json"];
+        a.extend(legs);
+        a
+    };
+    let first = json(&ledger(&post("cli-1"), &s).await);
+    let again = json(&ledger(&post("cli-1"), &s).await);
+    assert_eq!(
+        (&first["replayed"], &again["replayed"]),
+        (&Value::Bool(false), &Value::Bool(true))
+    );
+    let id = first["posting"]["postingId"].as_str().unwrap().to_owned();
+    assert_eq!(
+        again["posting"]["postingId"],
+        id.as_str(),
+        "the same posting"
+    );
+    let balance = json(&ledger(&["balance", "assets:bank", "--format", "json"], &s).await);
+    assert_eq!(balance["balance"], "100.00");
+    let void = json(
+        &ledger(
+            &[
+                "void", &id, "--key", "undo-1", "--reason", "test", "--format", "json",
+            ],
+            &s,
+        )
+        .await,
+    );
+    assert_eq!(void["posting"]["voidsPostingId"], id.as_str());
+    let got = json(
+        &ledger(
+            &["posting", "get", "--key", "cli-1", "--format", "json"],
+            &s,
+        )
+        .await,
+    );
+    assert_eq!(got["voidedByPostingId"], void["posting"]["postingId"]);
+    let before = json(
+        &ledger(
+            &[
+                "balance",
+                "assets:bank",
+                "--as-of",
+                "2020-01-01",
+                "--format",
+                "json",
+            ],
+            &s,
+        )
+        .await,
+    );
+    assert_eq!(before["balance"], "0.00");
+    assert_eq!(
+        before["asOf"]["recordedAt"], "2020-01-01T00:00:00Z",
+        "a date is the start of its day, UTC"
+    );
+    let table = ledger(&["account", "list"], &s).await;
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        text.starts_with("CODE") && text.contains("assets:bank") && text.contains("equity:world"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_write_without_a_key_is_refused_before_anything_is_sent_saying_why() {
+    let t = TestLedger::start().await;
+    let s = t.server.as_ref().unwrap().local_addr.to_string();
+    for args in [
+        vec!["post", "a:debit:1", "b:credit:1"],
+        vec!["void", "0190f0a0-0000-7000-8000-000000000000"],
+    ] {
+        let out = ledger(&args, &s).await;
+        assert!(!out.status.success());
+        assert!(stderr(&out).contains("needs --key"), "{}", stderr(&out));
+    }
+    assert_eq!(t.count("idempotency_keys").await, 0);
+}
+
+#[tokio::test]
+async fn the_cli_answers_with_the_servers_reason_and_a_down_server_as_refusing_connections() {
+    let t = TestLedger::start().await;
+    let s = t.server.as_ref().unwrap().local_addr.to_string();
+    let out = ledger(&["balance", "nobody:here"], &s).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("ACCOUNT_NOT_FOUND"),
+        "{}",
+        stderr(&out)
+    );
+    let down = format!("127.0.0.1:{}", free_port());
+    for args in [vec!["balance", "a"], vec!["report", "trial-balance"]] {
+        let out = ledger(&args, &down).await;
+        assert!(
+            stderr(&out).contains(&format!("connection refused at {down}")),
+            "{}",
+            stderr(&out)
+        );
+    }
+    let out = ledger(&["balance", "a"], "no-port").await;
+    assert!(stderr(&out).contains("host:port"), "{}", stderr(&out));
+}
+
+#[tokio::test]
+async fn report_balance_and_post_authenticate_with_a_token_over_tls() {
+    let pki = Pki::new();
+    let token = new_token();
+    let auth = AuthFile::parse(&auth_line("ops", Role::Writer, &token)).unwrap();
+    let t = TestLedger::start_with(OpsOptions {
+        auth: Some(auth),
+        tls: Some(TlsPem {
+            client_ca: None,
+            ..pki.server.clone()
+        }),
+        ..app_role_ops()
+    })
+    .await;
+    let dir = std::env::temp_dir().join(format!("ledger-cli-{}", uuid::Uuid::now_v7().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca = dir.join("ca.pem");
+    std::fs::write(&ca, &pki.ca_pem).unwrap();
+    let server = format!("localhost:{}", t.server.as_ref().unwrap().local_addr.port());
+    let ca = ca.to_str().unwrap();
+    let secured = |extra: &[&'static str]| {
+        let mut a: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        a.extend([
+            "--ca-cert".into(),
+            ca.to_owned(),
+            "--token".into(),
+            token.clone(),
+        ]);
+        a
+    };
+    let run = |args: Vec<String>| {
+        let server = server.clone();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            ledger(&args, &server).await
+        }
+    };
+    for code in ["equity:world", "assets:bank"] {
+        let out = run(secured(&[
+            "account",
+            "create",
+            code,
+            "--currency",
+            "EUR",
+            "--scale",
+            "2",
+            "--normal",
+            "credit",
+            "--allow-negative",
+        ]))
+        .await;
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let out = run(secured(&[
+        "post",
+        "--key",
+        "tls-1",
+        "assets:bank:debit:5.00",
+        "equity:world:credit:5.00",
+    ]))
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = run(secured(&["report", "trial-balance", "--format", "csv"])).await;
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("assets:bank,EUR,5.00"),
+        "{}",
+        stderr(&out)
+    );
+    // Without the token: the server's refusal, by reason.
+    let out = run(vec![
+        "balance".into(),
+        "assets:bank".into(),
+        "--ca-cert".into(),
+        ca.to_owned(),
+    ])
+    .await;
+    assert!(stderr(&out).contains("UNAUTHENTICATED"), "{}", stderr(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn help_never_shows_the_values_of_environment_variables_that_can_hold_secrets() {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_ledger"))
+        .args(["balance", "--help"])
+        .env("LEDGER_TOKEN", "ldg_secret_token_value")
+        .env("LEDGER_CLIENT_KEY", "/secret/key.pem")
+        .output()
+        .await
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("--token"), "{help}");
+    assert!(
+        !help.contains("ldg_secret_token_value") && !help.contains("/secret/key.pem"),
+        "{help}"
+    );
+}
