@@ -21,14 +21,68 @@ struct Cli {
     command: Command,
 }
 
+/// `serve`'s database.
 #[derive(clap::Args, Debug, Clone)]
 struct DbArgs {
-    /// PostgreSQL URL. Without it, `serve` runs its own PostgreSQL in --data-dir.
-    #[arg(long, env = "DATABASE_URL")]
+    /// PostgreSQL URL the service logs in with (postgres://… or host=… dbname=…; its user
+    /// runs pending migrations, so a login without the owner's rights needs `ledger migrate`
+    /// first). Without it (or empty), `serve` runs its own PostgreSQL in --data-dir, started
+    /// and stopped with the server.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
     /// Data directory of the embedded PostgreSQL (used without --database-url).
     #[arg(long, env = "LEDGER_DATA_DIR", default_value = "./ledger-data")]
     data_dir: PathBuf,
+}
+
+/// `migrate`'s database.
+#[derive(clap::Args, Debug, Clone)]
+struct MigrateDbArgs {
+    /// PostgreSQL URL of the ledger's database, as its owner (migrations change the schema).
+    /// Without it (or empty): the embedded PostgreSQL of --data-dir, the running server's if
+    /// one holds the directory (left running), else started for this command and stopped.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
+    /// Data directory of the embedded PostgreSQL (used without --database-url).
+    #[arg(long, env = "LEDGER_DATA_DIR", default_value = "./ledger-data")]
+    data_dir: PathBuf,
+}
+
+/// `check`'s database.
+#[derive(clap::Args, Debug, Clone)]
+struct CheckDbArgs {
+    /// PostgreSQL URL of the ledger's database; any login that may read the journal (`check`
+    /// only reads, in one snapshot). Without it (or empty): the embedded PostgreSQL of
+    /// --data-dir, the running server's if one holds the directory (left running), else started
+    /// for this command and stopped.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
+    /// Data directory of the embedded PostgreSQL (used without --database-url).
+    #[arg(long, env = "LEDGER_DATA_DIR", default_value = "./ledger-data")]
+    data_dir: PathBuf,
+}
+
+impl From<MigrateDbArgs> for DbArgs {
+    fn from(a: MigrateDbArgs) -> DbArgs {
+        DbArgs {
+            database_url: a.database_url,
+            data_dir: a.data_dir,
+        }
+    }
+}
+
+impl From<CheckDbArgs> for DbArgs {
+    fn from(a: CheckDbArgs) -> DbArgs {
+        DbArgs {
+            database_url: a.database_url,
+            data_dir: a.data_dir,
+        }
+    }
+}
+
+/// An empty value (`DATABASE_URL=`) means "not set", as in most tools.
+fn set(v: Option<String>) -> Option<String> {
+    v.filter(|s| !s.trim().is_empty())
 }
 
 /// The outbox publisher's settings (`serve` and `relay`).
@@ -36,7 +90,7 @@ struct DbArgs {
 struct OutboxArgs {
     /// NATS server URL (e.g. nats://127.0.0.1:4222). For `serve` it turns on the in-process
     /// outbox publisher; `relay` requires it.
-    #[arg(long, env = "LEDGER_NATS_URL")]
+    #[arg(long, env = "LEDGER_NATS_URL", hide_env_values = true)]
     nats_url: Option<String>,
     /// Delivered outbox rows older than this are deleted (e.g. 7d, 12h, 30m, 0s).
     #[arg(long, env = "LEDGER_OUTBOX_RETENTION", default_value = "7d", value_parser = crate::outbox::parse_duration)]
@@ -60,7 +114,7 @@ impl OutboxArgs {
             database_url: database_url.to_owned(),
             db_login: login.map(str::to_owned),
             db_role: role.map(str::to_owned),
-            nats_url: self.nats_url.clone()?,
+            nats_url: set(self.nats_url.clone())?,
             duplicate_window: self.nats_duplicate_window,
             retention: self.outbox_retention,
         })
@@ -88,10 +142,14 @@ enum Command {
     Relay {
         /// PostgreSQL URL of the ledger's database (required: the relay never starts the
         /// embedded PostgreSQL, which belongs to `serve`).
-        #[arg(long, env = "DATABASE_URL")]
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
         database_url: String,
         #[command(flatten)]
         outbox: OutboxArgs,
+        /// Address of the Prometheus endpoint (`/metrics`: the outbox backlog and the age of
+        /// its oldest event); off without it.
+        #[arg(long, env = "LEDGER_METRICS_LISTEN")]
+        metrics_listen: Option<SocketAddr>,
     },
     /// Bearer tokens for `--auth-tokens`.
     Token {
@@ -101,14 +159,15 @@ enum Command {
     /// Apply migrations and exit.
     Migrate {
         #[command(flatten)]
-        db: DbArgs,
+        db: MigrateDbArgs,
     },
     /// Load a running server and report throughput and latency (JSON as the last line).
     Bench(crate::bench::BenchArgs),
-    /// Verify the journal's invariants on a live database; exit 1 on any violation.
+    /// Verify the journal's invariants on a live database: exit 0 when all hold, 1 on any
+    /// violation, 2 when the check could not run.
     Check {
         #[command(flatten)]
-        db: DbArgs,
+        db: CheckDbArgs,
     },
     /// Reports for people and spreadsheets (a client of a running server).
     Report(crate::report::ReportArgs),
@@ -143,7 +202,12 @@ struct OpsArgs {
     #[arg(long, env = "LEDGER_TLS_CERT", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
     /// Server private key (PEM).
-    #[arg(long, env = "LEDGER_TLS_KEY", requires = "tls_cert")]
+    #[arg(
+        long,
+        env = "LEDGER_TLS_KEY",
+        requires = "tls_cert",
+        hide_env_values = true
+    )]
     tls_key: Option<PathBuf>,
     /// CA (PEM) that signs client certificates: turns mutual TLS on (needs --tls-cert).
     #[arg(long, env = "LEDGER_TLS_CLIENT_CA", requires = "tls_cert")]
@@ -216,7 +280,7 @@ pub fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             // Not eprintln!, which panics when stderr is a closed pipe.
-            let _ = writeln!(std::io::stderr(), "ledger: {e}");
+            let _ = writeln!(std::io::stderr(), "ledger: {}", ledger_client::chain(&*e));
             ExitCode::FAILURE
         }
     }
@@ -277,8 +341,8 @@ async fn database(
     command: &str,
     holding: Holding,
 ) -> Result<(String, Option<EmbeddedPg>), BoxError> {
-    if let Some(url) = &db.database_url {
-        return Ok((url.clone(), None));
+    if let Some(url) = set(db.database_url.clone()) {
+        return Ok((url, None));
     }
     let opts = PgOptions {
         data_dir: db.data_dir.clone(),
@@ -323,7 +387,7 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             outbox,
             ops,
         } => {
-            let ops = ops.load(db.database_url.is_none())?;
+            let ops = ops.load(set(db.database_url.clone()).is_none())?;
             let (url, pg) = database(&db, "serve", Holding::Exclusive).await?;
             let result = serve(listen, url, pool_size, outbox, ops).await;
             stop_embedded(pg).await?;
@@ -333,11 +397,19 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
         Command::Relay {
             database_url,
             outbox,
+            metrics_listen,
         } => {
             let Some(opts) = outbox.publisher(&database_url, None, None) else {
                 return Err("ledger relay needs --nats-url (env LEDGER_NATS_URL)".into());
             };
             crate::storage::migrate(&database_url).await?;
+            let _metrics = match metrics_listen {
+                Some(addr) => {
+                    let pool = crate::storage::pool(&database_url, RELAY_METRICS_POOL)?;
+                    Some(crate::metrics::serve(addr, pool).await?)
+                }
+                None => None,
+            };
             let (stop, stopped) = tokio::sync::watch::channel(false);
             let mut publisher = tokio::spawn(crate::outbox::run(opts, stopped));
             tokio::select! {
@@ -363,7 +435,7 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Migrate { db } => {
-            let (url, pg) = database(&db, "migrate", Holding::OrBorrow).await?;
+            let (url, pg) = database(&db.into(), "migrate", Holding::OrBorrow).await?;
             let result = migrate(&url).await;
             stop_embedded(pg).await?;
             result
@@ -372,12 +444,7 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             crate::bench::run(args).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Check { db } => {
-            let (url, pg) = database(&db, "check", Holding::OrBorrow).await?;
-            let result = check(&url).await;
-            stop_embedded(pg).await?;
-            result
-        }
+        Command::Check { db } => Ok(check_command(db.into()).await),
         Command::Report(args) => Ok(crate::report::run(args).await?),
         Command::BenchAsOf(args) => crate::bench_asof::run(args).await,
         Command::Account { command } => client(crate::tools::commands::account(command).await),
@@ -398,6 +465,29 @@ async fn migrate(url: &str) -> Result<ExitCode, BoxError> {
     };
     print(&format!("migrations applied: {applied}\n"))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Connections the relay's metrics endpoint samples the outbox with, at most.
+const RELAY_METRICS_POOL: usize = 1;
+
+/// `ledger check`: 0 when every invariant holds, 1 on a violation, 2 when it could not run
+/// (it says why on stderr).
+async fn check_command(db: DbArgs) -> ExitCode {
+    let result = async {
+        let (url, pg) = database(&db, "check", Holding::OrBorrow).await?;
+        let result = check(&url).await;
+        stop_embedded(pg).await?;
+        result
+    }
+    .await;
+    result.unwrap_or_else(|e| {
+        let _ = writeln!(
+            std::io::stderr(),
+            "ledger check could not run: {}",
+            ledger_client::chain(&*e)
+        );
+        ExitCode::from(2)
+    })
 }
 
 /// A client command's result as the process's: success, or its error.

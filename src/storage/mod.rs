@@ -57,7 +57,8 @@ impl fmt::Display for StorageError {
         match self {
             StorageError::Db(e) => match e.as_db_error() {
                 Some(db) => write!(f, "database error {}: {}", db.code().code(), db.message()),
-                None => write!(f, "database connection error: {e}"),
+                // The cause chain: "error connecting to server" alone does not say why.
+                None => write!(f, "database connection error: {}", ledger_client::chain(e)),
             },
             StorageError::Pool(e) => write!(f, "no database connection: {e}"),
             StorageError::Config(e) => write!(f, "invalid database URL: {e}"),
@@ -123,7 +124,7 @@ impl StorageError {
     fn db_display(e: &tokio_postgres::Error) -> String {
         match e.as_db_error() {
             Some(db) => format!("{}: {}", db.code().code(), db.message()),
-            None => e.to_string(),
+            None => ledger_client::chain(e),
         }
     }
 

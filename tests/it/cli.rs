@@ -260,3 +260,134 @@ async fn help_never_shows_the_values_of_environment_variables_that_can_hold_secr
         "{help}"
     );
 }
+
+/// `ledger ARGS…` with `env` set, no `--server`.
+async fn ledger_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_ledger"));
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().await.expect("ledger runs")
+}
+
+#[tokio::test]
+async fn operator_commands_hide_secret_environment_values_and_describe_their_own_database_url() {
+    let secret = [
+        ("DATABASE_URL", "postgres://u:s3cret@h/db"),
+        ("LEDGER_NATS_URL", "nats://n:s3cret@h:4222"),
+    ];
+    for command in ["serve", "relay", "migrate", "check"] {
+        let out = ledger_env(&[command, "--help"], &secret).await;
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(help.contains("--database-url"), "{command}: {help}");
+        assert!(
+            !help.contains("s3cret"),
+            "{command} shows a secret:\n{help}"
+        );
+    }
+    let migrate = ledger_env(&["migrate", "--help"], &[]).await;
+    assert!(String::from_utf8_lossy(&migrate.stdout).contains("as its owner"));
+    let check = ledger_env(&["check", "--help"], &[]).await;
+    assert!(String::from_utf8_lossy(&check.stdout).contains("only reads"));
+}
+
+#[tokio::test]
+async fn check_exits_2_with_the_cause_when_it_cannot_run_and_1_on_a_violation() {
+    let out = ledger_env(
+        &[
+            "check",
+            "--database-url",
+            "host=/nonexistent/dir dbname=x user=y",
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("could not run") && err.contains("No such file or directory"),
+        "{err}"
+    );
+    let mut t = TestLedger::start().await;
+    t.standard_accounts(1).await;
+    t.post(transfer("k", "equity:world", "acct:0", "1.00"))
+        .await
+        .unwrap();
+    let url = t.database_url.clone();
+    assert_eq!(
+        ledger_env(&["check", "--database-url", &url], &[])
+            .await
+            .status
+            .code(),
+        Some(0)
+    );
+    t.db()
+        .await
+        .batch_execute("SET session_replication_role = replica; UPDATE account_totals SET debits = debits + 1; SET session_replication_role = origin;")
+        .await
+        .unwrap();
+    assert_eq!(
+        ledger_env(&["check", "--database-url", &url], &[])
+            .await
+            .status
+            .code(),
+        Some(1)
+    );
+}
+
+#[tokio::test]
+async fn an_empty_database_url_means_not_set() {
+    let dir = std::env::temp_dir().join(format!(
+        "ledger-empty-url-{}",
+        uuid::Uuid::now_v7().simple()
+    ));
+    let d = dir.to_str().unwrap();
+    let out = ledger_env(&["migrate", "--data-dir", d], &[("DATABASE_URL", "")]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("migrations applied"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn the_relay_serves_the_outbox_backlog_on_its_metrics_endpoint() {
+    let mut t = TestLedger::start().await;
+    t.standard_accounts(1).await;
+    t.post(transfer("k", "equity:world", "acct:0", "1.00"))
+        .await
+        .unwrap();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    // A broker that is not there: the relay keeps retrying, the backlog stays and is shown.
+    let mut relay = tokio::process::Command::new(env!("CARGO_BIN_EXE_ledger"))
+        .args([
+            "relay",
+            "--database-url",
+            &t.database_url,
+            "--nats-url",
+            &format!("nats://127.0.0.1:{}", free_port()),
+            "--metrics-listen",
+            &listen,
+        ])
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let text = loop {
+        if let Ok(s) = tokio::net::TcpStream::connect(&listen).await {
+            drop(s);
+            break crate::ops::scrape(listen.parse().unwrap()).await;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the relay's metrics endpoint came up"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        crate::ops::sample(&text, "ledger_outbox_backlog", &[]),
+        1.0,
+        "{text}"
+    );
+    relay.kill().await.unwrap();
+}
