@@ -103,7 +103,11 @@ pub struct PostArgs {
 #[derive(clap::Args, Debug, Clone)]
 pub struct VoidArgs {
     /// The posting to void.
-    pub posting_id: String,
+    #[arg(required_unless_present = "posting_key")]
+    pub posting_id: Option<String>,
+    /// Instead of its id: the posting you recorded under this idempotency key.
+    #[arg(long, conflicts_with = "posting_id")]
+    pub posting_key: Option<String>,
     /// The idempotency key (required), as for `ledger post`.
     #[arg(long)]
     pub key: Option<String>,
@@ -390,20 +394,27 @@ pub async fn post(a: PostArgs) -> Result<(), ToolError> {
 }
 
 pub async fn void(a: VoidArgs) -> Result<(), ToolError> {
+    let key = required_key(&a.key, "void")?;
+    let mut client = a.common.client.connect().await?;
+    let posting_id = match (a.posting_id, a.posting_key) {
+        (Some(id), None) => id,
+        (None, Some(k)) => {
+            let by = Some(pb::get_posting_request::By::IdempotencyKey(k));
+            let p = client.get_posting(pb::GetPostingRequest { by }).await?;
+            p.into_inner().posting_id
+        }
+        _ => {
+            let why = "ledger void takes a POSTING_ID or --posting-key KEY";
+            return Err(ToolError(why.into()));
+        }
+    };
     let req = pb::VoidRequest {
-        idempotency_key: required_key(&a.key, "void")?,
-        posting_id: a.posting_id,
+        idempotency_key: key,
+        posting_id,
         reason: a.reason,
         effective_at: a.effective.map(time_to_pb),
     };
-    let r = a
-        .common
-        .client
-        .connect()
-        .await?
-        .void(req)
-        .await?
-        .into_inner();
+    let r = client.void(req).await?.into_inner();
     let posting = r
         .posting
         .as_ref()
