@@ -119,6 +119,7 @@ async fn scenario(args: &BenchAsOfArgs, url: &str) -> Result<(), BoxError> {
         database_url: url.to_owned(),
         pool_size: crate::storage::DEFAULT_POOL_SIZE,
         ops: Default::default(),
+        transport: Default::default(),
     })
     .await?;
     let endpoint = format!("http://{}", server.local_addr);

@@ -13,4 +13,5 @@ pub mod report;
 pub mod server;
 pub mod service;
 pub mod storage;
+pub mod transport;
 pub mod writer;

@@ -47,6 +47,7 @@ impl TestLedger {
             database_url: url.clone(),
             pool_size: 8,
             ops,
+            transport: Default::default(),
         })
         .await
         .expect("server starts");
