@@ -18,5 +18,6 @@ mod posting;
 mod reads;
 mod server_surface;
 mod throughput;
+mod transport;
 mod upgrade;
 mod void;
