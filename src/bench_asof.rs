@@ -129,6 +129,7 @@ async fn scenario(args: &BenchAsOfArgs, url: &str, ops: OpsOptions) -> Result<()
         database_url: url.to_owned(),
         pool_size: crate::storage::DEFAULT_POOL_SIZE,
         ops,
+        transport: Default::default(),
     })
     .await?;
     let endpoint = format!("http://{}", server.local_addr);

@@ -544,6 +544,7 @@ async fn serve(
         database_url,
         pool_size,
         ops,
+        transport: crate::transport::TransportLimits::from_env()?,
     })
     .await?;
     // The outbox publisher in-process (--nats-url); it stops after its current batch.

@@ -14,4 +14,5 @@ pub mod server;
 pub mod service;
 pub mod storage;
 pub mod tools;
+pub mod transport;
 pub mod writer;

@@ -1,5 +1,6 @@
-//! Boots the gRPC server: the ledger service (inside the access layer: auth, roles, metrics,
-//! drain), reflection (v1 and v1alpha), health; optionally TLS / mutual TLS and `/metrics`.
+//! Boots the gRPC server: the ledger service (inside the access layer: auth, roles, deadlines,
+//! metrics, drain), reflection (v1 and v1alpha), health, served by our transport (connection,
+//! stream and response bounds); optionally TLS / mutual TLS and `/metrics`.
 
 use crate::access::auth::{AuthFile, AuthPolicy};
 use crate::access::{Access, AccessState};
@@ -8,12 +9,11 @@ use crate::grpc::handlers::LedgerGrpc;
 use crate::grpc::pb::ledger_server::LedgerServer;
 use crate::service::Ledger;
 use crate::storage::{self, Pool};
+use crate::transport::{Transport, TransportLimits, MAX_RESPONSE_BYTES};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
-use tonic::transport::server::TcpIncoming;
 
 /// Longest wait for in-flight requests at shutdown (limit DRAIN_TIMEOUT).
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
@@ -29,6 +29,9 @@ pub struct ServerOptions {
     pub pool_size: usize,
     /// Access and operations: auth, TLS, metrics, database role.
     pub ops: OpsOptions,
+    /// Connections, streams, deadlines, response bytes (`TransportLimits::default()`, or
+    /// `from_env`).
+    pub transport: TransportLimits,
 }
 
 /// Access and operations options of the server (all off by default).
@@ -92,15 +95,14 @@ pub struct RunningServer {
     health: tonic_health::server::HealthReporter,
     metrics_task: Option<tokio::task::JoinHandle<()>>,
     pool: Pool,
-    shutdown: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+    transport: Transport,
 }
 
 impl RunningServer {
     /// Drains and stops: new ledger requests are refused with `UNAVAILABLE` and health says
     /// NOT_SERVING; in-flight requests finish (at most [`DRAIN_TIMEOUT`]); then the transport
     /// closes its connections, and the background tasks stop.
-    pub async fn shutdown(self) -> Result<(), tonic::transport::Error> {
+    pub async fn shutdown(self) -> Result<(), std::io::Error> {
         let began = tokio::time::Instant::now();
         self.access.begin_drain();
         set_health(&self.health, tonic_health::ServingStatus::NotServing).await;
@@ -110,17 +112,8 @@ impl RunningServer {
                 "requests still in flight after the drain timeout"
             );
         }
-        let _ = self.shutdown.send(true);
-        let mut task = self.task;
         let left = DRAIN_TIMEOUT.saturating_sub(began.elapsed()) + Duration::from_secs(1);
-        let result = match tokio::time::timeout(left, &mut task).await {
-            Ok(r) => r.expect("server task"),
-            Err(_) => {
-                tracing::warn!(timeout = ?DRAIN_TIMEOUT, "connections still open after the drain timeout; closing them");
-                task.abort();
-                Ok(())
-            }
-        };
+        self.transport.close(left).await;
         // An in-process outbox publisher (`serve --nats-url`) was told to stop by the caller
         // when the drain began; the caller awaits it after this, before stopping the database.
         if let Some(t) = self.metrics_task {
@@ -128,7 +121,7 @@ impl RunningServer {
         }
         // Idle connections close now, cleanly, before the caller stops the database.
         self.pool.close();
-        result
+        Ok(())
     }
 
     /// The access layer's state (drain, requests in flight).
@@ -170,55 +163,31 @@ pub async fn start(
 
     let mtls = ops.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
     let access_enabled = ops.auth.is_some() || mtls;
-    let access = AccessState::new(AuthPolicy {
-        file: ops.auth,
-        mtls,
-    });
+    let access = AccessState::new(
+        AuthPolicy {
+            file: ops.auth,
+            mtls,
+        },
+        &opts.transport,
+    );
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<LedgerServer<LedgerGrpc>>().await;
     tokio::spawn(probe_health(pool.clone(), health.clone(), access.clone()));
 
-    let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(crate::grpc::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
-    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(crate::grpc::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1alpha()?;
-
     let service = LedgerServer::new(LedgerGrpc::new(ledger))
         .max_decoding_message_size(MAX_REQUEST_BYTES)
-        .max_encoding_message_size(16 * MAX_REQUEST_BYTES);
-    let service = Access::new(service, access.clone());
-
-    let mut builder = tonic::transport::Server::builder();
-    if let Some(tls) = &ops.tls {
-        let mut cfg = tonic::transport::ServerTlsConfig::new()
-            .identity(tonic::transport::Identity::from_pem(&tls.cert, &tls.key));
-        if let Some(ca) = &tls.client_ca {
-            cfg = cfg.client_ca_root(tonic::transport::Certificate::from_pem(ca));
-        }
-        builder = builder.tls_config(cfg)?;
-    }
-
+        .max_encoding_message_size(MAX_RESPONSE_BYTES);
+    let routes = routes(health_service, Access::new(service, access.clone()))?;
     let listener = TcpListener::bind(opts.listen).await?;
     let local_addr = listener.local_addr()?;
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    let (tx, mut rx) = watch::channel(false);
-    let task = tokio::spawn(
-        builder
-            .add_service(health_service)
-            .add_service(reflection_v1)
-            .add_service(reflection_v1alpha)
-            .add_service(service)
-            .serve_with_incoming_shutdown(incoming, async move {
-                let _ = rx.wait_for(|v| *v).await;
-            }),
-    );
+    let transport = crate::transport::spawn(
+        listener,
+        routes,
+        ops.tls.as_ref(),
+        opts.transport,
+        opts.pool_size,
+    )?;
     tracing::info!(%local_addr, tls = ops.tls.is_some(), auth = access_enabled, "ledger serving gRPC");
     Ok(RunningServer {
         local_addr,
@@ -227,9 +196,29 @@ pub async fn start(
         health,
         metrics_task,
         pool,
-        shutdown: tx,
-        task,
+        transport,
     })
+}
+
+/// What the transport serves: health and reflection (v1, and v1alpha for grpcurl 1.8) open,
+/// the ledger inside its access layer.
+fn routes(
+    health: tonic_health::pb::health_server::HealthServer<
+        impl tonic_health::pb::health_server::Health,
+    >,
+    ledger: Access<LedgerServer<LedgerGrpc>>,
+) -> Result<tonic::service::Routes, tonic_reflection::server::Error> {
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(crate::grpc::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    Ok(tonic::service::Routes::new(health)
+        .add_service(reflection().build_v1()?)
+        .add_service(reflection().build_v1alpha()?)
+        .add_service(ledger)
+        .prepare())
 }
 
 /// Health reports SERVING while the database answers and migrations are current.

@@ -1,6 +1,8 @@
 //! The access layer around the `ledger.v1.Ledger` service: drain refusal, authentication and
-//! roles (sets the [`Caller`] extension), contract errors for transport-level failures
-//! (oversized or undecodable requests), and one metric sample and one debug log line per request.
+//! roles (sets the [`Caller`] extension), the turn of `List*` calls (`MAX_PAGES_IN_PROGRESS`),
+//! contract errors for transport-level failures (oversized or undecodable requests), and one
+//! metric sample and one debug log line per request (with the code the client got, also when
+//! the transport answered instead: a passed deadline, a full response budget).
 //!
 //! Health and reflection are not wrapped: they stay open.
 
@@ -10,6 +12,7 @@ use crate::domain::limits::MAX_REQUEST_BYTES;
 use crate::domain::{LedgerError, Reason};
 use crate::grpc::status::to_status;
 use crate::grpc::Caller;
+use crate::transport::{Delivery, PeerCertificate, TransportLimits};
 use auth::{AuthPolicy, Presented};
 use std::future::Future;
 use std::pin::Pin;
@@ -20,7 +23,6 @@ use std::time::{Duration, Instant};
 use tonic::body::Body;
 use tonic::codegen::http;
 use tonic::server::NamedService;
-use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 use tonic::Code;
 
 /// The methods of `ledger.v1.Ledger` (metric labels are only ever one of these or `unknown`).
@@ -37,20 +39,26 @@ pub const METHODS: [&str; 10] = [
     "ListEntries",
 ];
 
-/// Shared state of the access layer: the policy, the drain flag, requests in flight.
-#[derive(Debug, Default)]
+/// Shared state of the access layer: the policy, the drain flag, requests in flight, the
+/// turns of `List*` calls.
+#[derive(Debug)]
 pub struct AccessState {
     policy: AuthPolicy,
     draining: AtomicBool,
     in_flight: AtomicUsize,
     idle: tokio::sync::Notify,
+    pages: Arc<tokio::sync::Semaphore>,
 }
 
 impl AccessState {
-    pub fn new(policy: AuthPolicy) -> Arc<AccessState> {
+    /// `limits` gives MAX_PAGES_IN_PROGRESS.
+    pub fn new(policy: AuthPolicy, limits: &TransportLimits) -> Arc<AccessState> {
         Arc::new(AccessState {
             policy,
-            ..Default::default()
+            draining: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
+            idle: tokio::sync::Notify::new(),
+            pages: Arc::new(tokio::sync::Semaphore::new(limits.max_pages_in_progress)),
         })
     }
 
@@ -126,16 +134,16 @@ fn method_of(path: &str) -> &'static str {
         .unwrap_or("unknown")
 }
 
+/// A call that builds a page waits for its turn (MAX_PAGES_IN_PROGRESS).
+fn builds_a_page(method: &str) -> bool {
+    method.starts_with("List")
+}
+
 fn presented(req: &http::Request<Body>) -> Presented<'_> {
     let certificate_identity = req
         .extensions()
-        .get::<TlsConnectInfo<TcpConnectInfo>>()
-        .and_then(|i| i.peer_certs())
-        .and_then(|certs| {
-            certs
-                .first()
-                .map(|c| auth::certificate_identity(c.as_ref()))
-        });
+        .get::<PeerCertificate>()
+        .map(|c| auth::certificate_identity(&c.0));
     Presented {
         authorization: req
             .headers()
@@ -170,40 +178,51 @@ where
         let started = Instant::now();
         let method = method_of(req.uri().path());
         let state = self.state.clone();
-        let refused = if state.draining() {
-            Err(LedgerError::new(
-                Reason::StorageUnavailable,
-                "the server is shutting down and takes no new requests; retry (with the same idempotency key) on another instance or after the restart",
-            ))
-        } else {
-            let rpc = req.uri().path().rsplit('/').next().unwrap_or("");
-            state.policy.authorize(rpc, presented(&req))
-        };
+        let admitted = admit(&state, &req);
         let mut probe = Probe {
             method,
             caller: String::new(),
             started,
             code: None,
-            _in_flight: InFlight::new(state),
+            delivery: req.extensions().get::<Delivery>().cloned(),
+            turn: None,
+            _in_flight: InFlight::new(state.clone()),
         };
-        match refused {
+        let caller = match admitted {
+            Ok(admitted) => admitted,
             Err(e) => {
                 let resp = to_status(e).into_http::<Body>();
-                Box::pin(async move { Ok(probe.wrap(resp)) })
+                return Box::pin(async move { Ok(probe.wrap(resp)) });
             }
-            Ok(caller) => {
-                probe.caller.clone_from(&caller);
-                req.extensions_mut().insert(Caller(caller));
-                // The usual tower pattern: the clone that was made ready serves this call.
-                let clone = self.inner.clone();
-                let mut inner = std::mem::replace(&mut self.inner, clone);
-                Box::pin(async move {
-                    let resp = inner.call(req).await?;
-                    Ok(probe.wrap(contract_errors(resp)))
-                })
+        };
+        probe.caller.clone_from(&caller);
+        req.extensions_mut().insert(Caller(caller));
+        let turn = builds_a_page(method).then(|| state.pages.clone());
+        // The usual tower pattern: the clone that was made ready serves this call.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        // The transport bounds the whole call, waiting for the turn included, by its deadline.
+        Box::pin(async move {
+            if let Some(pages) = turn {
+                probe.turn = Some(pages.acquire_owned().await.expect("never closed"));
             }
-        }
+            let resp = inner.call(req).await?;
+            Ok(probe.wrap(contract_errors(resp)))
+        })
     }
+}
+
+/// The caller of a call, or why it is refused: the server is draining, or the credentials do
+/// not allow it.
+fn admit(state: &AccessState, req: &http::Request<Body>) -> Result<String, LedgerError> {
+    if state.draining() {
+        return Err(LedgerError::new(
+            Reason::StorageUnavailable,
+            "the server is shutting down and takes no new requests; retry (with the same idempotency key) on another instance or after the restart",
+        ));
+    }
+    let rpc = req.uri().path().rsplit('/').next().unwrap_or("");
+    state.policy.authorize(rpc, presented(req))
 }
 
 fn header_code(headers: &http::HeaderMap) -> Option<Code> {
@@ -282,6 +301,11 @@ struct Probe {
     caller: String,
     started: Instant,
     code: Option<Code>,
+    /// The transport's word on the response, when it refused or dropped it.
+    delivery: Option<Delivery>,
+    /// A `List*` call's turn (MAX_PAGES_IN_PROGRESS): held while its page is built and until
+    /// it is encoded (the body's first frame), not while the client takes it.
+    turn: Option<tokio::sync::OwnedSemaphorePermit>,
     _in_flight: InFlight,
 }
 
@@ -294,8 +318,14 @@ impl Probe {
 
 impl Drop for Probe {
     fn drop(&mut self) {
-        // No status seen: the client went away before the end of the response.
-        let code = self.code.unwrap_or(Code::Cancelled);
+        // The transport replaced the answer (budget full, client too slow), or no status was
+        // seen: the client went away before the end of the response.
+        let code = self
+            .delivery
+            .as_ref()
+            .and_then(Delivery::replaced)
+            .or(self.code)
+            .unwrap_or(Code::Cancelled);
         let elapsed = self.started.elapsed();
         crate::metrics::request(self.method, code, elapsed);
         tracing::debug!(
@@ -325,6 +355,9 @@ impl http_body::Body for Observed {
     ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         let this = self.project();
         let frame = this.body.poll_frame(cx);
+        if frame.is_ready() {
+            this.probe.turn = None;
+        }
         if let Poll::Ready(Some(Ok(f))) = &frame {
             if let Some(code) = f.trailers_ref().and_then(header_code) {
                 this.probe.code = Some(code);

@@ -23,6 +23,7 @@ mod reads;
 mod roles;
 mod server_surface;
 mod throughput;
+mod transport;
 mod upgrade;
 mod validation;
 mod void;

@@ -50,6 +50,7 @@ impl TestLedger {
             database_url: url.clone(),
             pool_size: 8,
             ops,
+            transport: Default::default(),
         };
         let service_config = server::pool_config(&options).expect("the pool's settings");
         let server = server::start(options).await.expect("server starts");
