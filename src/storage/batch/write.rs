@@ -138,7 +138,7 @@ pub async fn write(
 ) -> Result<(), StorageError> {
     plan.assert_sound(clock);
     let c = Columns::of(plan);
-    let (postings_st, entries_st, rejections_st, outbox_st, totals_st, state_st) = futures_util::try_join!(
+    let st = futures_util::try_join!(
         client.prepare_cached(POSTINGS_SQL),
         client.prepare_cached(ENTRIES_SQL),
         client.prepare_cached(REJECTIONS_SQL),
@@ -146,118 +146,115 @@ pub async fn write(
         client.prepare_cached(TOTALS_UPDATE_SQL),
         client.prepare_cached(STATE_UPDATE_SQL),
     )?;
-    let some = |n: usize| n > 0;
-    let postings = async {
-        if !some(c.p_seq.len()) {
-            return Ok(0);
-        }
-        client
-            .execute(
-                &postings_st,
-                &[
-                    &c.p_seq,
-                    &c.p_id,
-                    &c.p_caller,
-                    &c.p_key,
-                    &c.p_effective,
-                    &c.p_recorded,
-                    &c.p_memo,
-                    &c.p_meta,
-                    &c.p_voids,
-                    &c.p_reason,
-                    &c.p_key_id,
-                ],
-            )
-            .await
-    };
-    let entries = async {
-        if !some(c.e_seq.len()) {
-            return Ok(0);
-        }
-        client
-            .execute(
-                &entries_st,
-                &[
-                    &c.e_seq,
-                    &c.e_leg,
-                    &c.e_account,
-                    &c.e_dir,
-                    &c.e_amount,
-                    &c.e_version,
-                    &c.e_debits,
-                    &c.e_credits,
-                    &c.e_recorded,
-                    &c.e_effective,
-                ],
-            )
-            .await
-    };
-    let rejections = async {
-        if !some(c.r_caller.len()) {
-            return Ok(0);
-        }
-        client
-            .execute(
-                &rejections_st,
-                &[
-                    &c.r_caller,
-                    &c.r_key,
-                    &c.r_reason,
-                    &c.r_message,
-                    &c.r_metadata,
-                ],
-            )
-            .await
-    };
-    let outbox = async {
-        if !some(c.p_seq.len()) {
-            return Ok(0);
-        }
-        client
-            .execute(&outbox_st, &[&c.p_seq, &c.p_id, &plan.base])
-            .await
-    };
-    let totals = async {
-        if !some(c.t_id.len()) {
-            return Ok(0);
-        }
-        client
-            .execute(
-                &totals_st,
-                &[&c.t_id, &c.t_debits, &c.t_credits, &c.t_version, &c.t_last],
-            )
-            .await
-    };
-    let state = async {
-        let Some((last_sequence, last_recorded)) = plan.last() else {
-            return Ok(0);
-        };
-        client
-            .execute(&state_st, &[&last_sequence, &last_recorded])
-            .await
-    };
-    // The futures are polled, and so sent, in this order: first what is planned for each
-    // execution, the totals update (it reads `account_totals`) and the postings insert (a
-    // void's foreign key check reads `postings`, on a plan of the same mode); then the other
-    // inserts and the state row on their generic plans; then COMMIT right behind them. An
-    // earlier failure turns the COMMIT into a rollback and is reported here.
-    let (t, p, _, e, _, o, _, _) = futures_util::try_join!(
-        totals,
-        postings,
-        client.batch_execute(GENERIC_PLANS),
-        entries,
-        rejections,
-        outbox,
-        state,
-        client.batch_execute("COMMIT")
-    )?;
-    assert_eq!(p as usize, c.p_seq.len());
-    assert_eq!(e as usize, c.e_seq.len());
-    assert_eq!(o as usize, c.p_seq.len());
+    let counts = send(client, &c, plan, st).await?;
+    assert_eq!(counts.postings as usize, c.p_seq.len());
+    assert_eq!(counts.entries as usize, c.e_seq.len());
+    assert_eq!(counts.outbox as usize, c.p_seq.len());
     assert_eq!(
-        t as usize,
+        counts.totals as usize,
         c.t_id.len(),
         "every touched account has a totals row"
     );
     Ok(())
+}
+
+/// The batch's prepared statements: postings, entries, rejections, outbox, totals, state.
+type Statements = (
+    tokio_postgres::Statement,
+    tokio_postgres::Statement,
+    tokio_postgres::Statement,
+    tokio_postgres::Statement,
+    tokio_postgres::Statement,
+    tokio_postgres::Statement,
+);
+
+/// A statement parameter.
+type P = dyn tokio_postgres::types::ToSql + Sync;
+
+/// Rows each statement changed.
+struct Counts {
+    postings: u64,
+    entries: u64,
+    outbox: u64,
+    totals: u64,
+}
+
+/// Runs `st` with `c`, or nothing when there are no rows for it.
+async fn maybe(
+    client: &deadpool_postgres::Client,
+    rows: usize,
+    st: &tokio_postgres::Statement,
+    params: &[&P],
+) -> Result<u64, tokio_postgres::Error> {
+    if rows == 0 {
+        return Ok(0);
+    }
+    client.execute(st, params).await
+}
+
+/// Sends every statement and `COMMIT`, pipelined. The futures are polled, and so sent, in this
+/// order: first what is planned for each execution, the totals update (it reads
+/// `account_totals`) and the postings insert (a void's foreign key check reads `postings`, on
+/// a plan of the same mode); then the other inserts and the state row on their generic plans;
+/// then COMMIT right behind them. An earlier failure turns the COMMIT into a rollback and is
+/// reported here.
+async fn send(
+    client: &deadpool_postgres::Client,
+    c: &Columns,
+    plan: &Plan,
+    (postings_st, entries_st, rejections_st, outbox_st, totals_st, state_st): Statements,
+) -> Result<Counts, StorageError> {
+    let posts = c.p_seq.len();
+    let (last_sequence, last_recorded) = plan.last().unwrap_or((0, plan.base));
+    let totals_p: [&P; 5] = [&c.t_id, &c.t_debits, &c.t_credits, &c.t_version, &c.t_last];
+    let postings_p: [&P; 11] = [
+        &c.p_seq,
+        &c.p_id,
+        &c.p_caller,
+        &c.p_key,
+        &c.p_effective,
+        &c.p_recorded,
+        &c.p_memo,
+        &c.p_meta,
+        &c.p_voids,
+        &c.p_reason,
+        &c.p_key_id,
+    ];
+    let entries_p: [&P; 10] = [
+        &c.e_seq,
+        &c.e_leg,
+        &c.e_account,
+        &c.e_dir,
+        &c.e_amount,
+        &c.e_version,
+        &c.e_debits,
+        &c.e_credits,
+        &c.e_recorded,
+        &c.e_effective,
+    ];
+    let rejections_p: [&P; 5] = [
+        &c.r_caller,
+        &c.r_key,
+        &c.r_reason,
+        &c.r_message,
+        &c.r_metadata,
+    ];
+    let outbox_p: [&P; 3] = [&c.p_seq, &c.p_id, &plan.base];
+    let state_p: [&P; 2] = [&last_sequence, &last_recorded];
+    let (totals, postings, _, entries, _, outbox, _, _) = futures_util::try_join!(
+        maybe(client, c.t_id.len(), &totals_st, &totals_p),
+        maybe(client, posts, &postings_st, &postings_p),
+        client.batch_execute(GENERIC_PLANS),
+        maybe(client, c.e_seq.len(), &entries_st, &entries_p),
+        maybe(client, c.r_caller.len(), &rejections_st, &rejections_p),
+        maybe(client, posts, &outbox_st, &outbox_p),
+        maybe(client, posts, &state_st, &state_p),
+        client.batch_execute("COMMIT")
+    )?;
+    Ok(Counts {
+        postings,
+        entries,
+        outbox,
+        totals,
+    })
 }
