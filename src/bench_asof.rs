@@ -127,9 +127,9 @@ async fn scenario(args: &BenchAsOfArgs, url: &str, ops: OpsOptions) -> Result<()
     let server = server::start(ServerOptions {
         listen: "127.0.0.1:0".parse()?,
         database_url: url.to_owned(),
-        pool_size: crate::storage::DEFAULT_POOL_SIZE,
+
         ops,
-        transport: Default::default(),
+        tuning: Default::default(),
     })
     .await?;
     let endpoint = format!("http://{}", server.local_addr);

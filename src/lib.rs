@@ -15,4 +15,5 @@ pub mod service;
 pub mod storage;
 pub mod tools;
 pub mod transport;
+pub mod tuning;
 pub mod writer;

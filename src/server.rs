@@ -9,14 +9,14 @@ use crate::grpc::handlers::LedgerGrpc;
 use crate::grpc::pb::ledger_server::LedgerServer;
 use crate::service::Ledger;
 use crate::storage::{self, Pool};
-use crate::transport::{Transport, TransportLimits, MAX_RESPONSE_BYTES};
+use crate::transport::{Transport, MAX_RESPONSE_BYTES};
+use crate::tuning::Tuning;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
-/// Longest wait for in-flight requests at shutdown (limit DRAIN_TIMEOUT).
-pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
+pub use crate::tuning::DRAIN_TIMEOUT;
 
 /// How often health re-checks the database.
 pub const HEALTH_PROBE_INTERVAL: Duration = Duration::from_secs(2);
@@ -26,12 +26,12 @@ pub const HEALTH_PROBE_INTERVAL: Duration = Duration::from_secs(2);
 pub struct ServerOptions {
     pub listen: SocketAddr,
     pub database_url: String,
-    pub pool_size: usize,
+
     /// Access and operations: auth, TLS, metrics, database role.
     pub ops: OpsOptions,
-    /// Connections, streams, deadlines, response bytes (`TransportLimits::default()`, or
-    /// `from_env`).
-    pub transport: TransportLimits,
+    /// The operational knobs: pool, writer, cache, drain, transport (`Tuning::default()`, or
+    /// as the command line built it).
+    pub tuning: Tuning,
 }
 
 /// Access and operations options of the server (all off by default).
@@ -96,6 +96,7 @@ pub struct RunningServer {
     metrics_task: Option<tokio::task::JoinHandle<()>>,
     pool: Pool,
     transport: Transport,
+    drain_timeout: Duration,
 }
 
 impl RunningServer {
@@ -106,13 +107,13 @@ impl RunningServer {
         let began = tokio::time::Instant::now();
         self.access.begin_drain();
         set_health(&self.health, tonic_health::ServingStatus::NotServing).await;
-        if !self.access.wait_idle(DRAIN_TIMEOUT).await {
+        if !self.access.wait_idle(self.drain_timeout).await {
             tracing::warn!(
                 in_flight = self.access.in_flight(),
                 "requests still in flight after the drain timeout"
             );
         }
-        let left = DRAIN_TIMEOUT.saturating_sub(began.elapsed()) + Duration::from_secs(1);
+        let left = self.drain_timeout.saturating_sub(began.elapsed()) + Duration::from_secs(1);
         self.transport.close(left).await;
         // An in-process outbox publisher (`serve --nats-url`) was told to stop by the caller
         // when the drain began; the caller awaits it after this, before stopping the database.
@@ -145,7 +146,8 @@ pub async fn start(
     opts: ServerOptions,
 ) -> Result<RunningServer, Box<dyn std::error::Error + Send + Sync>> {
     storage::migrate(&opts.database_url).await?;
-    let pool = storage::pool_with(pool_config(&opts)?, opts.pool_size)?;
+    opts.tuning.check()?;
+    let pool = storage::pool_with(pool_config(&opts)?, &opts.tuning.pool)?;
     storage::roles::warn_if_login_can_escalate(&pool).await;
     let ops = opts.ops;
     let (metrics_addr, metrics_task, observer) = match ops.metrics_listen {
@@ -159,7 +161,7 @@ pub async fn start(
         }
         None => (None, None, None),
     };
-    let ledger = Arc::new(Ledger::new(pool.clone(), observer).await?);
+    let ledger = Arc::new(Ledger::new(pool.clone(), observer, &opts.tuning).await?);
 
     let mtls = ops.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
     let access_enabled = ops.auth.is_some() || mtls;
@@ -168,7 +170,7 @@ pub async fn start(
             file: ops.auth,
             mtls,
         },
-        &opts.transport,
+        &opts.tuning.transport,
     );
 
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -185,8 +187,8 @@ pub async fn start(
         listener,
         routes,
         ops.tls.as_ref(),
-        opts.transport,
-        opts.pool_size,
+        opts.tuning.transport.clone(),
+        opts.tuning.pool.size,
     )?;
     tracing::info!(%local_addr, tls = ops.tls.is_some(), auth = access_enabled, "ledger serving gRPC");
     Ok(RunningServer {
@@ -197,6 +199,7 @@ pub async fn start(
         metrics_task,
         pool,
         transport,
+        drain_timeout: opts.tuning.drain_timeout,
     })
 }
 

@@ -15,9 +15,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use tokio::sync::{mpsc, oneshot};
 
-/// Requests applied in one transaction, at most.
+/// Requests applied in one transaction, at most (limit MAX_BATCH, by default): a batch's
+/// arrays and its statements stay small enough to plan and send quickly.
 pub const MAX_BATCH: usize = 1000;
-/// Requests waiting for the writer, at most; beyond it callers get `UNAVAILABLE`.
+/// Requests waiting for the writer, at most (limit MAX_WRITE_QUEUE, by default); beyond it
+/// callers get `UNAVAILABLE`.
 pub const MAX_WRITE_QUEUE: usize = 20_000;
 /// Batches in flight at once, each on its own connection. The ledger's advisory lock still
 /// applies them one at a time; a second lane has its next batch formed, sent and queued on the
@@ -32,6 +34,49 @@ pub const EXTRA_LANE_MIN_QUEUE: usize = 64;
 /// settles it), and the connection is closed, never returned to the pool.
 pub const BATCH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+// A full batch can always be queued whole.
+const _: () = assert!(MAX_BATCH <= MAX_WRITE_QUEUE);
+
+/// The writer's knobs (part of `crate::tuning::Tuning`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriterTuning {
+    /// Batches in flight at once (`WRITER_LANES` by default).
+    pub lanes: usize,
+    /// Requests per batch at most (`MAX_BATCH`).
+    pub batch_max: usize,
+    /// Requests queued at most (`MAX_WRITE_QUEUE`).
+    pub queue_max: usize,
+    /// Longest a batch may take (`BATCH_TIMEOUT`).
+    pub batch_timeout: std::time::Duration,
+}
+
+impl Default for WriterTuning {
+    fn default() -> Self {
+        WriterTuning {
+            lanes: WRITER_LANES,
+            batch_max: MAX_BATCH,
+            queue_max: MAX_WRITE_QUEUE,
+            batch_timeout: BATCH_TIMEOUT,
+        }
+    }
+}
+
+impl WriterTuning {
+    /// Knobs that could not work are refused by name.
+    pub fn check(&self) -> Result<(), String> {
+        if self.lanes == 0 || self.batch_max == 0 || self.batch_timeout.is_zero() {
+            return Err("WRITER_LANES, MAX_BATCH and BATCH_TIMEOUT must be above zero".into());
+        }
+        if self.batch_max > self.queue_max {
+            return Err(format!(
+                "MAX_BATCH ({}) must not be above MAX_WRITE_QUEUE ({})",
+                self.batch_max, self.queue_max
+            ));
+        }
+        Ok(())
+    }
+}
+
 struct Job {
     request: WriteRequest,
     reply: oneshot::Sender<Outcome>,
@@ -41,6 +86,7 @@ struct Job {
 #[derive(Clone)]
 pub struct Writer {
     queue: mpsc::Sender<Job>,
+    queue_max: usize,
     /// Wakes the extra lanes when the queue is deep.
     deep: Arc<tokio::sync::Notify>,
 }
@@ -54,25 +100,27 @@ impl Writer {
         pool: Pool,
         accounts: Arc<RwLock<AccountCache>>,
         observer: Option<BatchObserver>,
+        tuning: WriterTuning,
     ) -> Writer {
-        let (tx, rx) = mpsc::channel(MAX_WRITE_QUEUE);
-        let rx = Arc::new(tokio::sync::Mutex::new(rx));
-        let lanes = std::env::var("LEDGER_WRITER_LANES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(WRITER_LANES);
+        let (tx, rx) = mpsc::channel(tuning.queue_max);
+        let queue = Arc::new(tokio::sync::Mutex::new(rx));
         let deep = Arc::new(tokio::sync::Notify::new());
-        for lane in 0..lanes.max(1) {
-            let gate = (lane > 0).then(|| deep.clone());
-            tokio::spawn(run(
-                pool.clone(),
-                rx.clone(),
-                accounts.clone(),
-                observer.clone(),
-                gate,
-            ));
+        for lane in 0..tuning.lanes.max(1) {
+            let lane = Lane {
+                pool: pool.clone(),
+                queue: queue.clone(),
+                accounts: accounts.clone(),
+                observer: observer.clone(),
+                gate: (lane > 0).then(|| deep.clone()),
+                tuning,
+            };
+            tokio::spawn(lane.run());
         }
-        Writer { queue: tx, deep }
+        Writer {
+            queue: tx,
+            queue_max: tuning.queue_max,
+            deep,
+        }
     }
 
     /// Submits one request and waits for its decision.
@@ -84,7 +132,8 @@ impl Writer {
         };
         self.queue.try_send(job).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => LedgerError::unavailable(format!(
-                "the write queue is full ({MAX_WRITE_QUEUE} requests, limit MAX_WRITE_QUEUE)"
+                "the write queue is full ({} requests, limit MAX_WRITE_QUEUE)",
+                self.queue_max
             )),
             mpsc::error::TrySendError::Closed(_) => {
                 LedgerError::unavailable("the writer has stopped")
@@ -102,98 +151,104 @@ impl Writer {
 /// The shared queue the lanes take batches from.
 type Queue = Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>;
 
-/// One lane: takes what is queued (waiting for the first request, never on a timer), applies
-/// it, answers, and repeats until every handle is dropped.
-async fn run(
+/// One lane: its share of the writer's context.
+struct Lane {
     pool: Pool,
     queue: Queue,
     accounts: Arc<RwLock<AccountCache>>,
     observer: Option<BatchObserver>,
+    /// Extra lanes wait on it for a deep queue.
     gate: Option<Arc<tokio::sync::Notify>>,
-) {
-    let mut requests: Vec<WriteRequest> = Vec::with_capacity(MAX_BATCH);
-    let mut replies: Vec<oneshot::Sender<Outcome>> = Vec::with_capacity(MAX_BATCH);
-    // The lane keeps its connection between batches (its prepared statements stay cached, and
-    // no pool check per batch); after a failed batch it takes a fresh one.
-    let mut conn: Option<deadpool_postgres::Client> = None;
-    loop {
-        if !take(&queue, gate.as_deref(), &mut requests, &mut replies).await {
-            return;
-        }
-        if requests.is_empty() {
-            continue;
-        }
-        let result = apply_on(&mut conn, &pool, &requests, &accounts).await;
-        if let Some(o) = &observer {
-            o(requests.len(), result.is_ok());
-        }
-        requests.clear();
-        answer(&mut replies, result);
-    }
+    tuning: WriterTuning,
 }
 
-/// Takes up to [`MAX_BATCH`] jobs (waiting for the first), leaving out callers that gave up
-/// (deadline, cancel) before the write. An extra lane (with a `gate`) takes a batch only while
-/// the queue is deep. `false` once every handle is dropped.
-async fn take(
-    queue: &Queue,
-    gate: Option<&tokio::sync::Notify>,
-    requests: &mut Vec<WriteRequest>,
-    replies: &mut Vec<oneshot::Sender<Outcome>>,
-) -> bool {
-    let mut rx = queue.lock().await;
-    if let Some(gate) = gate {
-        while rx.len() < EXTRA_LANE_MIN_QUEUE {
-            drop(rx);
-            gate.notified().await;
-            rx = queue.lock().await;
-        }
-    }
-    let mut keep = |job: Job| {
-        if !job.reply.is_closed() {
-            requests.push(job.request);
-            replies.push(job.reply);
-        }
-    };
-    match rx.recv().await {
-        Some(job) => keep(job),
-        None => return false,
-    }
-    // Up to MAX_BATCH requests taken from the queue (callers that gave up count too).
-    for _ in 1..MAX_BATCH {
-        match rx.try_recv() {
-            Ok(job) => keep(job),
-            Err(_) => break,
-        }
-    }
-    true
-}
-
-/// Applies a batch on the lane's connection (a fresh one from the pool when it has none), at
-/// most [`BATCH_TIMEOUT`]: after a failure or the timeout the connection is not kept (its
-/// state is unknown) and, on the timeout, closed rather than returned to the pool.
-async fn apply_on(
-    conn: &mut Option<deadpool_postgres::Client>,
-    pool: &Pool,
-    requests: &[WriteRequest],
-    accounts: &RwLock<AccountCache>,
-) -> Result<Vec<Outcome>, StorageError> {
-    let client = match conn.take() {
-        Some(c) => c,
-        None => pool.get().await?,
-    };
-    match tokio::time::timeout(BATCH_TIMEOUT, apply(&client, requests, accounts)).await {
-        Ok(r) => {
-            if r.is_ok() {
-                *conn = Some(client);
+impl Lane {
+    /// Takes what is queued (waiting for the first request, never on a timer), applies it,
+    /// answers, and repeats until every handle is dropped.
+    async fn run(self) {
+        let mut requests: Vec<WriteRequest> = Vec::with_capacity(self.tuning.batch_max);
+        let mut replies: Vec<oneshot::Sender<Outcome>> = Vec::with_capacity(self.tuning.batch_max);
+        // The lane keeps its connection between batches (its prepared statements stay cached,
+        // and no pool check per batch); after a failed batch it takes a fresh one.
+        let mut conn: Option<deadpool_postgres::Client> = None;
+        loop {
+            if !self.take(&mut requests, &mut replies).await {
+                return;
             }
-            r
+            if requests.is_empty() {
+                continue;
+            }
+            let result = self.apply_on(&mut conn, &requests).await;
+            if let Some(o) = &self.observer {
+                o(requests.len(), result.is_ok());
+            }
+            requests.clear();
+            answer(&mut replies, result);
         }
-        Err(_) => {
-            drop(deadpool_postgres::Object::take(client));
-            Err(StorageError::Pool(format!(
-                "the write batch took longer than {BATCH_TIMEOUT:?} (limit BATCH_TIMEOUT)"
-            )))
+    }
+
+    /// Takes up to `batch_max` jobs (waiting for the first), leaving out callers that gave up
+    /// (deadline, cancel) before the write. An extra lane (with a gate) takes a batch only
+    /// while the queue is deep. `false` once every handle is dropped.
+    async fn take(
+        &self,
+        requests: &mut Vec<WriteRequest>,
+        replies: &mut Vec<oneshot::Sender<Outcome>>,
+    ) -> bool {
+        let mut rx = self.queue.lock().await;
+        if let Some(gate) = &self.gate {
+            while rx.len() < EXTRA_LANE_MIN_QUEUE {
+                drop(rx);
+                gate.notified().await;
+                rx = self.queue.lock().await;
+            }
+        }
+        let mut keep = |job: Job| {
+            if !job.reply.is_closed() {
+                requests.push(job.request);
+                replies.push(job.reply);
+            }
+        };
+        match rx.recv().await {
+            Some(job) => keep(job),
+            None => return false,
+        }
+        // Up to batch_max requests taken from the queue (callers that gave up count too).
+        for _ in 1..self.tuning.batch_max {
+            match rx.try_recv() {
+                Ok(job) => keep(job),
+                Err(_) => break,
+            }
+        }
+        true
+    }
+
+    /// Applies a batch on the lane's connection (a fresh one from the pool when it has none),
+    /// at most `batch_timeout`: after a failure or the timeout the connection is not kept (its
+    /// state is unknown) and, on the timeout, closed rather than returned to the pool.
+    async fn apply_on(
+        &self,
+        conn: &mut Option<deadpool_postgres::Client>,
+        requests: &[WriteRequest],
+    ) -> Result<Vec<Outcome>, StorageError> {
+        let client = match conn.take() {
+            Some(c) => c,
+            None => self.pool.get().await?,
+        };
+        let limit = self.tuning.batch_timeout;
+        match tokio::time::timeout(limit, apply(&client, requests, &self.accounts)).await {
+            Ok(r) => {
+                if r.is_ok() {
+                    *conn = Some(client);
+                }
+                r
+            }
+            Err(_) => {
+                drop(deadpool_postgres::Object::take(client));
+                Err(StorageError::Pool(format!(
+                    "the write batch took longer than {limit:?} (limit BATCH_TIMEOUT)"
+                )))
+            }
         }
     }
 }

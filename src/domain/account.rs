@@ -336,16 +336,32 @@ mod tests {
 /// Accounts kept in memory, by code and by id: they never change once created (a trigger
 /// refuses updates), so an entry never goes stale. The service looks accounts up by code to
 /// validate requests, the writer by id for their rules; one cache serves both.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct AccountCache {
     by_id: HashMap<i64, Account>,
     id_of: HashMap<String, i64>,
+    max: usize,
+}
+
+impl Default for AccountCache {
+    fn default() -> Self {
+        AccountCache::new(AccountCache::MAX_CACHED_ACCOUNTS)
+    }
 }
 
 impl AccountCache {
     /// Accounts held at most (limit MAX_CACHED_ACCOUNTS); when a fill would pass it the cache
     /// is emptied first and refills from the requests that follow.
     pub const MAX_CACHED_ACCOUNTS: usize = 100_000;
+
+    /// A cache of at most `max` accounts.
+    pub fn new(max: usize) -> AccountCache {
+        AccountCache {
+            by_id: HashMap::new(),
+            id_of: HashMap::new(),
+            max,
+        }
+    }
 
     pub fn by_code(&self, code: &str) -> Option<&Account> {
         self.id_of.get(code).map(|id| &self.by_id[id])
@@ -365,7 +381,7 @@ impl AccountCache {
 
     /// Adds accounts just read, emptying the cache first if they would take it past its limit.
     pub fn fill(&mut self, accounts: impl IntoIterator<Item = Account>, count: usize) {
-        if self.by_id.len() + count > Self::MAX_CACHED_ACCOUNTS {
+        if self.by_id.len() + count > self.max {
             self.by_id.clear();
             self.id_of.clear();
         }

@@ -33,7 +33,11 @@ pub async fn run(
         let session = async {
             let login = (opts.db_login.as_deref(), opts.db_role.as_deref());
             let cfg = storage::service_config(&opts.database_url, login.0, login.1)?;
-            let pool = storage::pool_with(cfg, 1)?;
+            let one = storage::PoolTuning {
+                size: 1,
+                ..Default::default()
+            };
+            let pool = storage::pool_with(cfg, &one)?;
             let client = pool.get().await?;
             Ok::<_, storage::StorageError>((pool, client))
         };

@@ -50,12 +50,16 @@ pub fn page_size(requested: u32) -> Result<i64, LedgerError> {
 
 impl Ledger {
     /// A ledger over a migrated database.
-    pub async fn new(pool: Pool, observer: Option<BatchObserver>) -> Result<Ledger, StorageError> {
+    pub async fn new(
+        pool: Pool,
+        observer: Option<BatchObserver>,
+        tuning: &crate::tuning::Tuning,
+    ) -> Result<Ledger, StorageError> {
         let client = pool.get().await?;
         let page_key = storage::read::page_token_key(&client).await?;
         drop(client);
-        let accounts = Arc::new(RwLock::new(AccountCache::default()));
-        let writer = Writer::spawn(pool.clone(), accounts.clone(), observer);
+        let accounts = Arc::new(RwLock::new(AccountCache::new(tuning.accounts_cached_max)));
+        let writer = Writer::spawn(pool.clone(), accounts.clone(), observer, tuning.writer);
         Ok(Ledger {
             pool,
             writer,

@@ -25,6 +25,31 @@ pub const PUBLISHER_LOCK: i64 = 0x4c45_4447_0003;
 
 /// Connections in the pool, by default (limit: `--pool-size`).
 pub const DEFAULT_POOL_SIZE: usize = 16;
+/// Longest a request waits for a pooled connection (limit POOL_WAIT_TIMEOUT): past it the
+/// database is too slow or the pool too small, and the caller hears `UNAVAILABLE`.
+pub const POOL_WAIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Longest a new database connection may take to be made, or a pooled one to be checked
+/// (limit DB_CONNECT_TIMEOUT).
+pub const DB_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The database pool's knobs (part of `crate::tuning::Tuning`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolTuning {
+    /// Connections at most (`--pool-size`).
+    pub size: usize,
+    pub wait_timeout: std::time::Duration,
+    pub connect_timeout: std::time::Duration,
+}
+
+impl Default for PoolTuning {
+    fn default() -> Self {
+        PoolTuning {
+            size: DEFAULT_POOL_SIZE,
+            wait_timeout: POOL_WAIT_TIMEOUT,
+            connect_timeout: DB_CONNECT_TIMEOUT,
+        }
+    }
+}
 
 /// A storage failure. Whether the operation took effect may be unknown.
 #[derive(Debug)]
@@ -167,14 +192,15 @@ pub fn parse_config(database_url: &str) -> Result<tokio_postgres::Config, Storag
         cfg.application_name("ledger");
     }
     if cfg.get_connect_timeout().is_none() {
-        cfg.connect_timeout(std::time::Duration::from_secs(5));
+        cfg.connect_timeout(DB_CONNECT_TIMEOUT);
     }
     cfg.keepalives(true);
     cfg.keepalives_idle(std::time::Duration::from_secs(10));
     Ok(cfg)
 }
 
-/// Builds a pool of at most `size` connections. Connections are made lazily.
+/// Builds a pool of at most `size` connections (the other knobs at their defaults).
+/// Connections are made lazily.
 pub fn pool(database_url: &str, size: usize) -> Result<Pool, StorageError> {
     pool_as(database_url, size, None)
 }
@@ -185,7 +211,11 @@ pub const APP_ROLE: &str = "ledger_app";
 
 /// Like [`pool`], but every connection acts as database role `role` (see [`service_config`]).
 pub fn pool_as(database_url: &str, size: usize, role: Option<&str>) -> Result<Pool, StorageError> {
-    pool_with(service_config(database_url, None, role)?, size)
+    let tuning = PoolTuning {
+        size,
+        ..PoolTuning::default()
+    };
+    pool_with(service_config(database_url, None, role)?, &tuning)
 }
 
 /// The settings of the service's connections: `database_url`, logged in as `login` instead of
@@ -243,9 +273,12 @@ fn check_role_name(what: &str, name: &str) -> Result<(), StorageError> {
     )))
 }
 
-/// Builds a pool of at most `size` connections with these settings. Connections are made
-/// lazily.
-pub fn pool_with(cfg: tokio_postgres::Config, size: usize) -> Result<Pool, StorageError> {
+/// Builds a pool with these settings and knobs. Connections are made lazily.
+pub fn pool_with(
+    mut cfg: tokio_postgres::Config,
+    tuning: &PoolTuning,
+) -> Result<Pool, StorageError> {
+    cfg.connect_timeout(tuning.connect_timeout);
     let mgr = deadpool_postgres::Manager::from_config(
         cfg,
         tokio_postgres::NoTls,
@@ -254,11 +287,11 @@ pub fn pool_with(cfg: tokio_postgres::Config, size: usize) -> Result<Pool, Stora
         },
     );
     deadpool_postgres::Pool::builder(mgr)
-        .max_size(size)
+        .max_size(tuning.size)
         .runtime(deadpool_postgres::Runtime::Tokio1)
-        .wait_timeout(Some(std::time::Duration::from_secs(10)))
-        .create_timeout(Some(std::time::Duration::from_secs(5)))
-        .recycle_timeout(Some(std::time::Duration::from_secs(5)))
+        .wait_timeout(Some(tuning.wait_timeout))
+        .create_timeout(Some(tuning.connect_timeout))
+        .recycle_timeout(Some(tuning.connect_timeout))
         .build()
         .map_err(|e| StorageError::Pool(e.to_string()))
 }

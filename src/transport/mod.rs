@@ -124,8 +124,9 @@ pub const WARN_INTERVAL: Duration = Duration::from_secs(10);
 const _: () = assert!(REQUEST_TIMEOUT.as_millis() < crate::server::DRAIN_TIMEOUT.as_millis());
 const _: () = assert!(RESPONSE_BYTES_IN_FLIGHT >= MAX_RESPONSE_BYTES);
 
-/// The transport's limits. `Default` is the constants above; `LEDGER_*` variables of the same
-/// names (see [`TransportLimits::from_env`]) override some, and tests lower the timeouts.
+/// The transport's limits (part of `crate::tuning::Tuning`). `Default` is the constants
+/// above; `serve`'s flags (or their `LEDGER_*` variables of the same names) set them, and
+/// tests lower the timeouts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TransportLimits {
     pub max_connections: usize,
@@ -153,57 +154,7 @@ impl Default for TransportLimits {
     }
 }
 
-/// The variables [`TransportLimits::from_env`] reads, each named after its limit.
-pub const ENV: [&str; 8] = [
-    "LEDGER_MAX_CONNECTIONS",
-    "LEDGER_MAX_CONCURRENT_STREAMS",
-    "LEDGER_HANDSHAKE_TIMEOUT",
-    "LEDGER_IDLE_TIMEOUT",
-    "LEDGER_REQUEST_TIMEOUT",
-    "LEDGER_RESPONSE_SEND_TIMEOUT",
-    "LEDGER_RESPONSE_BYTES_IN_FLIGHT",
-    "LEDGER_MAX_PAGES_IN_PROGRESS",
-];
-
 impl TransportLimits {
-    /// The defaults with the `LEDGER_*` variables of [`ENV`] applied (durations as `500ms`,
-    /// `30s`, `2m`; counts and bytes as integers).
-    pub fn from_env() -> Result<TransportLimits, String> {
-        Self::from_lookup(|name| std::env::var(name).ok())
-    }
-
-    /// The defaults with the values `lookup` gives for the names of [`ENV`].
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<TransportLimits, String> {
-        let mut l = TransportLimits::default();
-        for name in ENV {
-            if let Some(value) = lookup(name) {
-                l.set(name, value.trim())
-                    .map_err(|e| format!("{name}={value:?}: {e}"))?;
-            }
-        }
-        l.check()?;
-        Ok(l)
-    }
-
-    fn set(&mut self, name: &str, v: &str) -> Result<(), String> {
-        let count = |v: &str| v.parse::<usize>().map_err(|e| e.to_string());
-        let time = crate::outbox::parse_duration;
-        match name {
-            "LEDGER_MAX_CONNECTIONS" => self.max_connections = count(v)?,
-            "LEDGER_MAX_CONCURRENT_STREAMS" => {
-                self.max_concurrent_streams = v.parse().map_err(|e| format!("{e}"))?
-            }
-            "LEDGER_HANDSHAKE_TIMEOUT" => self.handshake_timeout = time(v)?,
-            "LEDGER_IDLE_TIMEOUT" => self.idle_timeout = time(v)?,
-            "LEDGER_REQUEST_TIMEOUT" => self.request_timeout = time(v)?,
-            "LEDGER_RESPONSE_SEND_TIMEOUT" => self.response_send_timeout = time(v)?,
-            "LEDGER_RESPONSE_BYTES_IN_FLIGHT" => self.response_bytes_in_flight = count(v)?,
-            "LEDGER_MAX_PAGES_IN_PROGRESS" => self.max_pages_in_progress = count(v)?,
-            _ => unreachable!("{name} is in ENV"),
-        }
-        Ok(())
-    }
-
     /// Limits that could not work are refused by name.
     pub fn check(&self) -> Result<(), String> {
         let zero = [
@@ -435,36 +386,17 @@ mod tests {
     }
 
     #[test]
-    fn limits_come_from_the_environment_by_their_names_and_bad_ones_are_refused() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |name: &str| {
-                pairs
-                    .iter()
-                    .find(|(k, _)| *k == name)
-                    .map(|(_, v)| v.to_string())
-            }
+    fn limits_that_could_not_work_are_refused_by_name() {
+        let l = TransportLimits {
+            max_pages_in_progress: 0,
+            ..TransportLimits::default()
         };
-        assert_eq!(
-            TransportLimits::from_lookup(env(&[])).unwrap(),
-            TransportLimits::default()
-        );
-        let l = TransportLimits::from_lookup(env(&[
-            ("LEDGER_HANDSHAKE_TIMEOUT", "2s"),
-            ("LEDGER_RESPONSE_SEND_TIMEOUT", "500ms"),
-            ("LEDGER_MAX_CONNECTIONS", "10"),
-        ]))
-        .unwrap();
-        assert_eq!(l.handshake_timeout, Duration::from_secs(2));
-        assert_eq!(l.response_send_timeout, Duration::from_millis(500));
-        assert_eq!(l.max_connections, 10);
-        let e = TransportLimits::from_lookup(env(&[("LEDGER_IDLE_TIMEOUT", "soon")])).unwrap_err();
-        assert!(e.contains("LEDGER_IDLE_TIMEOUT"), "{e}");
-        let e = TransportLimits::from_lookup(env(&[("LEDGER_MAX_PAGES_IN_PROGRESS", "0")]))
-            .unwrap_err();
-        assert!(e.contains("MAX_PAGES_IN_PROGRESS"), "{e}");
-        let e = TransportLimits::from_lookup(env(&[("LEDGER_RESPONSE_BYTES_IN_FLIGHT", "1000")]))
-            .unwrap_err();
-        assert!(e.contains("MAX_RESPONSE_BYTES"), "{e}");
+        assert!(l.check().unwrap_err().contains("MAX_PAGES_IN_PROGRESS"));
+        let l = TransportLimits {
+            response_bytes_in_flight: 1000,
+            ..TransportLimits::default()
+        };
+        assert!(l.check().unwrap_err().contains("MAX_RESPONSE_BYTES"));
     }
 
     #[test]

@@ -48,9 +48,14 @@ impl TestLedger {
         let options = ServerOptions {
             listen: "127.0.0.1:0".parse().unwrap(),
             database_url: url.clone(),
-            pool_size: 8,
+            tuning: ledger::tuning::Tuning {
+                pool: ledger::storage::PoolTuning {
+                    size: 8,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
             ops,
-            transport: Default::default(),
         };
         let service_config = server::pool_config(&options).expect("the pool's settings");
         let server = server::start(options).await.expect("server starts");

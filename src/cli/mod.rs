@@ -2,13 +2,15 @@
 
 use crate::embedded_pg::{EmbeddedPg, EmbeddedPgError, PgOptions};
 use crate::server::{self, ServerOptions};
-use crate::storage::DEFAULT_POOL_SIZE;
+mod tuning;
+
 use clap::{Parser, Subcommand};
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
+use tuning::TuningArgs;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -130,13 +132,12 @@ enum Command {
         listen: SocketAddr,
         #[command(flatten)]
         db: DbArgs,
-        /// Database connections in the pool (limit).
-        #[arg(long, env = "LEDGER_POOL_SIZE", default_value_t = DEFAULT_POOL_SIZE)]
-        pool_size: usize,
         #[command(flatten)]
         outbox: OutboxArgs,
         #[command(flatten)]
         ops: OpsArgs,
+        #[command(flatten)]
+        tuning: TuningArgs,
     },
     /// Run the outbox publisher alone: deliver posting events to NATS JetStream.
     Relay {
@@ -383,13 +384,14 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
         Command::Serve {
             listen,
             db,
-            pool_size,
             outbox,
             ops,
+            tuning,
         } => {
             let ops = ops.load(set(db.database_url.clone()).is_none())?;
+            let tuning = tuning.tuning()?;
             let (url, pg) = database(&db, "serve", Holding::Exclusive).await?;
-            let result = serve(listen, url, pool_size, outbox, ops).await;
+            let result = serve(listen, url, tuning, outbox, ops).await;
             stop_embedded(pg).await?;
             result?;
             Ok(ExitCode::SUCCESS)
@@ -529,7 +531,7 @@ async fn check(url: &str) -> Result<ExitCode, BoxError> {
 async fn serve(
     listen: SocketAddr,
     database_url: String,
-    pool_size: usize,
+    tuning: crate::tuning::Tuning,
     outbox: OutboxArgs,
     ops: server::OpsOptions,
 ) -> Result<(), BoxError> {
@@ -542,9 +544,8 @@ async fn serve(
     let server = server::start(ServerOptions {
         listen,
         database_url,
-        pool_size,
         ops,
-        transport: crate::transport::TransportLimits::from_env()?,
+        tuning,
     })
     .await?;
     // The outbox publisher in-process (--nats-url); it stops after its current batch.

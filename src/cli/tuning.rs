@@ -1,0 +1,170 @@
+//! `serve`'s operational knobs on the command line: a flag each, with its `LEDGER_*`
+//! environment variable and its default (the named limit), all shown by `--help`; together
+//! they build the one [`Tuning`] value the server is given.
+
+use crate::outbox::parse_duration;
+use crate::storage::{PoolTuning, DB_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, POOL_WAIT_TIMEOUT};
+use crate::transport::{self, TransportLimits};
+use crate::tuning::{Tuning, DRAIN_TIMEOUT};
+use crate::writer::{WriterTuning, BATCH_TIMEOUT, MAX_BATCH, MAX_WRITE_QUEUE, WRITER_LANES};
+use std::time::Duration;
+
+/// A duration on the command line, shown as it is written (`500ms`, `30s`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Span(Duration);
+
+impl std::fmt::Display for Span {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.as_millis() {
+            ms if ms % 1000 == 0 => write!(f, "{}s", ms / 1000),
+            ms => write!(f, "{ms}ms"),
+        }
+    }
+}
+
+impl std::str::FromStr for Span {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Span, String> {
+        parse_duration(s).map(Span)
+    }
+}
+
+/// The knobs of `serve` (durations as `500ms`, `30s`, `2m`).
+#[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "Tuning")]
+pub struct TuningArgs {
+    /// Database connections in the pool (limit).
+    #[arg(long, env = "LEDGER_POOL_SIZE", default_value_t = DEFAULT_POOL_SIZE)]
+    pool_size: usize,
+    /// Longest wait for a pooled connection (limit POOL_WAIT_TIMEOUT).
+    #[arg(long, env = "LEDGER_POOL_WAIT_TIMEOUT", default_value_t = Span(POOL_WAIT_TIMEOUT))]
+    pool_wait_timeout: Span,
+    /// Longest a database connection may take to open (limit DB_CONNECT_TIMEOUT).
+    #[arg(long, env = "LEDGER_DB_CONNECT_TIMEOUT", default_value_t = Span(DB_CONNECT_TIMEOUT))]
+    db_connect_timeout: Span,
+    /// Write batches in flight at once, each on its own connection (limit WRITER_LANES).
+    #[arg(long, env = "LEDGER_WRITER_LANES", default_value_t = WRITER_LANES)]
+    writer_lanes: usize,
+    /// Requests per write batch, at most (limit MAX_BATCH).
+    #[arg(long, env = "LEDGER_MAX_BATCH", default_value_t = MAX_BATCH)]
+    max_batch: usize,
+    /// Requests waiting for the writer, at most (limit MAX_WRITE_QUEUE).
+    #[arg(long, env = "LEDGER_MAX_WRITE_QUEUE", default_value_t = MAX_WRITE_QUEUE)]
+    max_write_queue: usize,
+    /// Longest a write batch may take (limit BATCH_TIMEOUT).
+    #[arg(long, env = "LEDGER_BATCH_TIMEOUT", default_value_t = Span(BATCH_TIMEOUT))]
+    batch_timeout: Span,
+    /// Accounts kept in memory, at most (limit MAX_CACHED_ACCOUNTS).
+    #[arg(long, env = "LEDGER_MAX_CACHED_ACCOUNTS", default_value_t = crate::domain::account::AccountCache::MAX_CACHED_ACCOUNTS)]
+    max_cached_accounts: usize,
+    /// Longest wait for requests in flight at shutdown (limit DRAIN_TIMEOUT).
+    #[arg(long, env = "LEDGER_DRAIN_TIMEOUT", default_value_t = Span(DRAIN_TIMEOUT))]
+    drain_timeout: Span,
+    /// Client connections held at once, lowered to fit the open-file limit (limit MAX_CONNECTIONS).
+    #[arg(long, env = "LEDGER_MAX_CONNECTIONS", default_value_t = transport::MAX_CONNECTIONS)]
+    max_connections: usize,
+    /// Streams one connection may have open (limit MAX_CONCURRENT_STREAMS).
+    #[arg(long, env = "LEDGER_MAX_CONCURRENT_STREAMS", default_value_t = transport::MAX_CONCURRENT_STREAMS)]
+    max_concurrent_streams: u32,
+    /// Longest time from accepting a connection to its TLS handshake and HTTP/2 preface
+    /// (limit HANDSHAKE_TIMEOUT).
+    #[arg(long, env = "LEDGER_HANDSHAKE_TIMEOUT", default_value_t = Span(transport::HANDSHAKE_TIMEOUT))]
+    handshake_timeout: Span,
+    /// A connection without a stream this long is closed (limit IDLE_TIMEOUT).
+    #[arg(long, env = "LEDGER_IDLE_TIMEOUT", default_value_t = Span(transport::IDLE_TIMEOUT))]
+    idle_timeout: Span,
+    /// Longest a call may take without a client deadline (limit REQUEST_TIMEOUT).
+    #[arg(long, env = "LEDGER_REQUEST_TIMEOUT", default_value_t = Span(transport::REQUEST_TIMEOUT))]
+    request_timeout: Span,
+    /// Longest a response may wait for its client to take it (limit RESPONSE_SEND_TIMEOUT).
+    #[arg(long, env = "LEDGER_RESPONSE_SEND_TIMEOUT", default_value_t = Span(transport::RESPONSE_SEND_TIMEOUT))]
+    response_send_timeout: Span,
+    /// Bytes held, server-wide, for responses not yet taken (limit RESPONSE_BYTES_IN_FLIGHT).
+    #[arg(long, env = "LEDGER_RESPONSE_BYTES_IN_FLIGHT", default_value_t = transport::RESPONSE_BYTES_IN_FLIGHT)]
+    response_bytes_in_flight: usize,
+    /// `List*` pages built at once, server-wide (limit MAX_PAGES_IN_PROGRESS).
+    #[arg(long, env = "LEDGER_MAX_PAGES_IN_PROGRESS", default_value_t = transport::MAX_PAGES_IN_PROGRESS)]
+    max_pages_in_progress: usize,
+}
+
+impl TuningArgs {
+    /// The [`Tuning`] these knobs make, checked.
+    pub fn tuning(&self) -> Result<Tuning, String> {
+        let t = Tuning {
+            pool: PoolTuning {
+                size: self.pool_size,
+                wait_timeout: self.pool_wait_timeout.0,
+                connect_timeout: self.db_connect_timeout.0,
+            },
+            writer: WriterTuning {
+                lanes: self.writer_lanes,
+                batch_max: self.max_batch,
+                queue_max: self.max_write_queue,
+                batch_timeout: self.batch_timeout.0,
+            },
+            accounts_cached_max: self.max_cached_accounts,
+            drain_timeout: self.drain_timeout.0,
+            transport: TransportLimits {
+                max_connections: self.max_connections,
+                max_concurrent_streams: self.max_concurrent_streams,
+                handshake_timeout: self.handshake_timeout.0,
+                idle_timeout: self.idle_timeout.0,
+                request_timeout: self.request_timeout.0,
+                response_send_timeout: self.response_send_timeout.0,
+                response_bytes_in_flight: self.response_bytes_in_flight,
+                max_pages_in_progress: self.max_pages_in_progress,
+            },
+        };
+        t.check()?;
+        Ok(t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Args {
+        #[command(flatten)]
+        tuning: TuningArgs,
+    }
+
+    #[test]
+    fn the_knobs_come_from_their_flags_and_bad_ones_are_refused_by_name() {
+        let t = Args::try_parse_from(["x"])
+            .unwrap()
+            .tuning
+            .tuning()
+            .unwrap();
+        assert_eq!(t, Tuning::default(), "no flag: the named defaults");
+        let args = [
+            "x",
+            "--handshake-timeout",
+            "2s",
+            "--response-send-timeout",
+            "500ms",
+            "--writer-lanes",
+            "3",
+            "--max-batch",
+            "64",
+        ];
+        let t = Args::try_parse_from(args).unwrap().tuning.tuning().unwrap();
+        assert_eq!(t.transport.handshake_timeout, Duration::from_secs(2));
+        assert_eq!(
+            t.transport.response_send_timeout,
+            Duration::from_millis(500)
+        );
+        assert_eq!((t.writer.lanes, t.writer.batch_max), (3, 64));
+        assert!(Args::try_parse_from(["x", "--idle-timeout", "soon"]).is_err());
+        let bad = Args::try_parse_from(["x", "--max-pages-in-progress", "0"]).unwrap();
+        assert!(bad
+            .tuning
+            .tuning()
+            .unwrap_err()
+            .contains("MAX_PAGES_IN_PROGRESS"));
+        let bad = Args::try_parse_from(["x", "--pool-size", "2"]).unwrap();
+        assert!(bad.tuning.tuning().unwrap_err().contains("WRITER_LANES"));
+    }
+}
