@@ -163,7 +163,7 @@ enum Command {
         db: MigrateDbArgs,
     },
     /// Load a running server and report throughput and latency (JSON as the last line).
-    Bench(crate::bench::BenchArgs),
+    Bench(crate::tools::bench::BenchArgs),
     /// Verify the journal's invariants on a live database: exit 0 when all hold, 1 on any
     /// violation, 2 when the check could not run.
     Check {
@@ -171,10 +171,10 @@ enum Command {
         db: CheckDbArgs,
     },
     /// Reports for people and spreadsheets (a client of a running server).
-    Report(crate::report::ReportArgs),
+    Report(crate::tools::report::ReportArgs),
     /// Benchmark of as-of reads (GetBalance per kind of cut-off on an account with 1,000,000
     /// legs) and of the write path with and without the as-of index.
-    BenchAsOf(crate::bench_asof::BenchAsOfArgs),
+    BenchAsOf(crate::tools::bench_asof::BenchAsOfArgs),
     /// Accounts: create, get, list (a client of a running server).
     Account {
         #[command(subcommand)]
@@ -443,12 +443,12 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             result
         }
         Command::Bench(args) => {
-            crate::bench::run(args).await?;
+            crate::tools::bench::run(args).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Check { db } => Ok(check_command(db.into()).await),
-        Command::Report(args) => Ok(crate::report::run(args).await?),
-        Command::BenchAsOf(args) => crate::bench_asof::run(args).await,
+        Command::Report(args) => Ok(crate::tools::report::run(args).await?),
+        Command::BenchAsOf(args) => crate::tools::bench_asof::run(args).await,
         Command::Account { command } => client(crate::tools::commands::account(command).await),
         Command::Post(args) => client(crate::tools::commands::post(args).await),
         Command::Void(args) => client(crate::tools::commands::void(args).await),

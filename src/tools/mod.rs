@@ -4,8 +4,11 @@
 //! address, a bearer token, TLS), one way of reading and printing times (RFC 3339), and one
 //! error type that keeps the server's reason and the cause chain.
 
+pub mod bench;
+pub mod bench_asof;
 pub mod commands;
 pub mod output;
+pub mod report;
 
 use ledger_client::{ConnectOptions, RawClient};
 use std::path::PathBuf;
