@@ -103,6 +103,10 @@ pub struct PgOptions {
     /// What this process is, e.g. `ledger serve`: the lock file records it for whoever finds
     /// the data directory in use, so they can tell the operator what to stop.
     pub holder: String,
+    /// The directory of PostgreSQL's server programs (`--pg-bin`, env `LEDGER_PG_BIN`).
+    /// `None`: the newest `/usr/lib/postgresql/<version>/bin` (the version that made an
+    /// existing cluster first), else `PATH`.
+    pub bin_dir: Option<PathBuf>,
 }
 
 impl PgOptions {
@@ -119,6 +123,7 @@ impl PgOptions {
             fast_unsafe: false,
             port: DEFAULT_PORT,
             holder: program,
+            bin_dir: None,
         }
     }
 }
@@ -290,7 +295,7 @@ impl EmbeddedPg {
         let began = Instant::now();
         // Binaries first: without them nothing else matters (and nothing gets created).
         let existing_version = read_pg_version(&opts.data_dir.join("pgdata"));
-        let bin_dir = find_bin_dir(existing_version.as_deref())?;
+        let bin_dir = find_bin_dir(opts.bin_dir.as_deref(), existing_version.as_deref())?;
         let run_as = if unsafe { libc::geteuid() } == 0 {
             Some(lookup_user(PG_USER)?.ok_or_else(|| {
                 EmbeddedPgError::UserNotFound(format!(
@@ -1084,20 +1089,22 @@ fn ensure_socket_dir(dir: &Path, run_as: Option<&RunAs>) -> Result<(), EmbeddedP
 }
 
 /// Finds the directory with `initdb`, `pg_ctl` and `postgres`.
-fn find_bin_dir(preferred_major: Option<&str>) -> Result<PathBuf, EmbeddedPgError> {
+fn find_bin_dir(
+    given: Option<&Path>,
+    preferred_major: Option<&str>,
+) -> Result<PathBuf, EmbeddedPgError> {
     let complete = |dir: &Path| {
         ["initdb", "pg_ctl", "postgres"]
             .iter()
             .all(|program| is_executable(&dir.join(program)))
     };
 
-    if let Some(dir) = std::env::var_os("LEDGER_PG_BIN").filter(|dir| !dir.is_empty()) {
-        let dir = PathBuf::from(dir);
-        if complete(&dir) {
-            return Ok(dir);
+    if let Some(dir) = given.filter(|d| !d.as_os_str().is_empty()) {
+        if complete(dir) {
+            return Ok(dir.to_path_buf());
         }
         return Err(EmbeddedPgError::BinariesNotFound(format!(
-            "LEDGER_PG_BIN is {}, but that directory does not hold the PostgreSQL server \
+            "--pg-bin (LEDGER_PG_BIN) is {}, but that directory does not hold the PostgreSQL server \
              programs initdb, pg_ctl and postgres. Point it at e.g. /usr/lib/postgresql/15/bin, \
              or unset it; or install the Debian package postgresql (apt-get install postgresql); \
              or set DATABASE_URL to use an external PostgreSQL",

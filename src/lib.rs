@@ -33,3 +33,7 @@ pub mod tools;
 pub mod transport;
 pub mod tuning;
 pub mod writer;
+
+/// A failure of any kind, with its cause chain: what the process-level paths (start-up, the
+/// command line, the tools) return.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

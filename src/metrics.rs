@@ -145,19 +145,13 @@ async fn sample(pool: &Pool) {
     metrics::gauge!(POOL_WAITING).set(s.waiting as f64);
     let backlog = tokio::time::timeout(METRICS_IO_TIMEOUT, async {
         let client = pool.get().await.map_err(storage::StorageError::from)?;
-        storage::backlog::outbox_backlog(&client).await
+        storage::outbox::backlog(&client).await
     })
     .await;
     match backlog {
-        Ok(Ok((count, oldest))) => {
-            metrics::gauge!(OUTBOX_BACKLOG).set(count as f64);
-            let age = oldest
-                .map(|t| {
-                    (time::OffsetDateTime::now_utc() - t)
-                        .as_seconds_f64()
-                        .max(0.0)
-                })
-                .unwrap_or(0.0);
+        Ok(Ok(b)) => {
+            metrics::gauge!(OUTBOX_BACKLOG).set(b.pending as f64);
+            let age = b.oldest_age.map_or(0.0, |d| d.as_secs_f64());
             metrics::gauge!(OUTBOX_OLDEST_AGE).set(age);
         }
         Ok(Err(e)) => tracing::warn!(error = %e, "metrics: cannot read the outbox backlog"),

@@ -133,7 +133,7 @@ impl RunningServer {
 
 /// The settings of the pool's connections (public so that a test connects exactly as the
 /// service does).
-pub fn pool_config(opts: &ServerOptions) -> Result<tokio_postgres::Config, storage::StorageError> {
+pub fn pool_config(opts: &ServerOptions) -> Result<storage::ConnConfig, storage::StorageError> {
     storage::service_config(
         &opts.database_url,
         opts.ops.db_login.as_deref(),
@@ -142,9 +142,7 @@ pub fn pool_config(opts: &ServerOptions) -> Result<tokio_postgres::Config, stora
 }
 
 /// Migrates the database, then starts serving on `opts.listen` (port 0 picks a free port).
-pub async fn start(
-    opts: ServerOptions,
-) -> Result<RunningServer, Box<dyn std::error::Error + Send + Sync>> {
+pub async fn start(opts: ServerOptions) -> Result<RunningServer, crate::BoxError> {
     storage::migrate(&opts.database_url).await?;
     opts.tuning.check()?;
     let pool = storage::pool_with(pool_config(&opts)?, &opts.tuning.pool)?;

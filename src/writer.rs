@@ -170,7 +170,7 @@ impl Lane {
         let mut replies: Vec<oneshot::Sender<Outcome>> = Vec::with_capacity(self.tuning.batch_max);
         // The lane keeps its connection between batches (its prepared statements stay cached,
         // and no pool check per batch); after a failed batch it takes a fresh one.
-        let mut conn: Option<deadpool_postgres::Client> = None;
+        let mut conn: Option<crate::storage::Conn> = None;
         loop {
             if !self.take(&mut requests, &mut replies).await {
                 return;
@@ -228,7 +228,7 @@ impl Lane {
     /// state is unknown) and, on the timeout, closed rather than returned to the pool.
     async fn apply_on(
         &self,
-        conn: &mut Option<deadpool_postgres::Client>,
+        conn: &mut Option<crate::storage::Conn>,
         requests: &[WriteRequest],
     ) -> Result<Vec<Outcome>, StorageError> {
         let client = match conn.take() {
@@ -244,7 +244,7 @@ impl Lane {
                 r
             }
             Err(_) => {
-                drop(deadpool_postgres::Object::take(client));
+                crate::storage::discard(client);
                 Err(StorageError::Pool(format!(
                     "the write batch took longer than {limit:?} (limit BATCH_TIMEOUT)"
                 )))
@@ -278,7 +278,7 @@ fn answer(replies: &mut Vec<oneshot::Sender<Outcome>>, result: Result<Vec<Outcom
 /// their keys; each round refuses at least one, so this ends. Any error means nothing of the
 /// batch may be assumed: every caller must be told `UNAVAILABLE`.
 pub async fn apply(
-    client: &deadpool_postgres::Client,
+    client: &crate::storage::Conn,
     requests: &[WriteRequest],
     accounts: &RwLock<AccountCache>,
 ) -> Result<Vec<Outcome>, StorageError> {
@@ -314,7 +314,7 @@ pub async fn apply(
 /// [`apply`] with an account cache of its own, for tools and tests that write a batch
 /// directly.
 pub async fn apply_alone(
-    client: &deadpool_postgres::Client,
+    client: &crate::storage::Conn,
     requests: &[WriteRequest],
 ) -> Result<Vec<Outcome>, StorageError> {
     apply(client, requests, &RwLock::new(AccountCache::default())).await
@@ -323,7 +323,7 @@ pub async fn apply_alone(
 /// One round: load the snapshot, decide, and write the plan unless it refused requests
 /// unbound (then the caller rolls back and runs again without them).
 async fn round(
-    client: &deadpool_postgres::Client,
+    client: &crate::storage::Conn,
     requests: &[WriteRequest],
     ids: &[uuid::Uuid],
     accounts: &RwLock<AccountCache>,

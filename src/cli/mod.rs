@@ -35,6 +35,10 @@ struct DbArgs {
     /// Data directory of the embedded PostgreSQL (used without --database-url).
     #[arg(long, env = "LEDGER_DATA_DIR", default_value = "./ledger-data")]
     data_dir: PathBuf,
+    /// Directory of PostgreSQL's server programs for the embedded PostgreSQL (default: the
+    /// newest /usr/lib/postgresql/<version>/bin, else PATH).
+    #[arg(long, env = "LEDGER_PG_BIN")]
+    pg_bin: Option<PathBuf>,
 }
 
 /// `migrate`'s database.
@@ -48,6 +52,9 @@ struct MigrateDbArgs {
     /// Data directory of the embedded PostgreSQL (used without --database-url).
     #[arg(long, env = "LEDGER_DATA_DIR", default_value = "./ledger-data")]
     data_dir: PathBuf,
+    /// Directory of PostgreSQL's server programs for the embedded PostgreSQL.
+    #[arg(long, env = "LEDGER_PG_BIN")]
+    pg_bin: Option<PathBuf>,
 }
 
 /// `check`'s database.
@@ -62,6 +69,9 @@ struct CheckDbArgs {
     /// Data directory of the embedded PostgreSQL (used without --database-url).
     #[arg(long, env = "LEDGER_DATA_DIR", default_value = "./ledger-data")]
     data_dir: PathBuf,
+    /// Directory of PostgreSQL's server programs for the embedded PostgreSQL.
+    #[arg(long, env = "LEDGER_PG_BIN")]
+    pg_bin: Option<PathBuf>,
 }
 
 impl From<MigrateDbArgs> for DbArgs {
@@ -69,6 +79,7 @@ impl From<MigrateDbArgs> for DbArgs {
         DbArgs {
             database_url: a.database_url,
             data_dir: a.data_dir,
+            pg_bin: a.pg_bin,
         }
     }
 }
@@ -78,6 +89,7 @@ impl From<CheckDbArgs> for DbArgs {
         DbArgs {
             database_url: a.database_url,
             data_dir: a.data_dir,
+            pg_bin: a.pg_bin,
         }
     }
 }
@@ -101,6 +113,10 @@ struct OutboxArgs {
     /// It must cover the publisher's restart time.
     #[arg(long, env = "LEDGER_NATS_DUPLICATE_WINDOW", default_value = "2m", value_parser = crate::outbox::parse_duration)]
     nats_duplicate_window: Duration,
+    /// Crash tests only: where the publisher aborts the process (outbox-before-publish,
+    /// outbox-after-publish-before-progress). Never in production.
+    #[arg(long, env = "LEDGER_FAILPOINT", hide = true)]
+    failpoint: Option<String>,
 }
 
 impl OutboxArgs {
@@ -111,15 +127,20 @@ impl OutboxArgs {
         database_url: &str,
         login: Option<&str>,
         role: Option<&str>,
-    ) -> Option<crate::outbox::PublisherOptions> {
-        Some(crate::outbox::PublisherOptions {
+    ) -> Result<Option<crate::outbox::PublisherOptions>, BoxError> {
+        let failpoint = crate::outbox::Failpoint::parse_optional(self.failpoint.as_deref())?;
+        let Some(nats_url) = set(self.nats_url.clone()) else {
+            return Ok(None);
+        };
+        Ok(Some(crate::outbox::PublisherOptions {
             database_url: database_url.to_owned(),
             db_login: login.map(str::to_owned),
             db_role: role.map(str::to_owned),
-            nats_url: set(self.nats_url.clone())?,
+            nats_url,
             duplicate_window: self.nats_duplicate_window,
             retention: self.outbox_retention,
-        })
+            failpoint,
+        }))
     }
 }
 
@@ -322,7 +343,7 @@ fn init_logging() {
     }
 }
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use crate::BoxError;
 
 /// Whether a command may use the embedded PostgreSQL of a data directory another process
 /// holds (see [`database`]).
@@ -350,6 +371,7 @@ async fn database(
         fast_unsafe: false,
         port: 5432,
         holder: format!("ledger {command}"),
+        bin_dir: db.pg_bin.clone(),
     };
     match tokio::task::spawn_blocking(move || EmbeddedPg::start(opts)).await? {
         Ok(pg) => {
@@ -401,7 +423,7 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             outbox,
             metrics_listen,
         } => {
-            let Some(opts) = outbox.publisher(&database_url, None, None) else {
+            let Some(opts) = outbox.publisher(&database_url, None, None)? else {
                 return Err("ledger relay needs --nats-url (env LEDGER_NATS_URL)".into());
             };
             crate::storage::migrate(&database_url).await?;
@@ -540,7 +562,7 @@ async fn serve(
         &database_url,
         ops.db_login.as_deref(),
         ops.db_role.as_deref(),
-    );
+    )?;
     let server = server::start(ServerOptions {
         listen,
         database_url,

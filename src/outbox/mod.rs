@@ -99,13 +99,13 @@ pub struct PublisherOptions {
     pub duplicate_window: Duration,
     /// Delivered outbox rows older than this are deleted.
     pub retention: Duration,
+    /// A crash test's failpoint (`LEDGER_FAILPOINT`), never set in production.
+    pub failpoint: Option<Failpoint>,
 }
 
 /// The backlog of the outbox: pending events and the age of the oldest one.
-pub async fn backlog(
-    client: &impl deadpool_postgres::GenericClient,
-) -> Result<Backlog, StorageError> {
-    crate::storage::outbox::backlog(client).await
+pub async fn backlog(conn: &crate::storage::Conn) -> Result<Backlog, StorageError> {
+    crate::storage::outbox::backlog(conn).await
 }
 
 /// Spawns the publisher as a task of this process (`ledger serve --nats-url`). It stops after
@@ -155,12 +155,11 @@ impl Failpoint {
         }
     }
 
-    /// The failpoint named in the environment, if any.
-    pub fn from_env() -> Result<Option<Failpoint>, String> {
-        match std::env::var(FAILPOINT_ENV) {
-            Ok(s) if s.is_empty() => Ok(None),
-            Ok(s) => Failpoint::parse(&s).map(Some),
-            Err(_) => Ok(None),
+    /// The failpoint named, if any (an empty name arms none).
+    pub fn parse_optional(s: Option<&str>) -> Result<Option<Failpoint>, String> {
+        match s {
+            None | Some("") => Ok(None),
+            Some(s) => Failpoint::parse(s).map(Some),
         }
     }
 }

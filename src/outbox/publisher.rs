@@ -10,7 +10,7 @@ use async_nats::jetstream::{self, context::PublishErrorKind, stream};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use crate::BoxError;
 
 /// Runs the publisher until `shutdown` turns true (or its sender is dropped): stands by until
 /// elected, then publishes; after losing its database session it stands by again. On shutdown
@@ -19,7 +19,7 @@ pub async fn run(
     opts: PublisherOptions,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), BoxError> {
-    let failpoint = Failpoint::from_env()?;
+    let failpoint = opts.failpoint;
     if let Some(fp) = failpoint {
         tracing::warn!(failpoint = ?fp, "outbox publisher failpoint armed: the process will abort there");
     }
@@ -229,7 +229,7 @@ impl<'a> Active<'a> {
     /// may be lost, so stand by again).
     async fn run(
         &mut self,
-        client: &deadpool_postgres::Client,
+        client: &crate::storage::Conn,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<(), BoxError> {
         let mut progress = store::published_sequence(client).await?;
@@ -451,7 +451,7 @@ async fn ensure_stream(
     Ok(())
 }
 
-async fn log_backlog(client: &deadpool_postgres::Client) -> Result<(), BoxError> {
+async fn log_backlog(client: &crate::storage::Conn) -> Result<(), BoxError> {
     let b = store::backlog(client).await?;
     tracing::info!(
         pending = b.pending,

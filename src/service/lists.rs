@@ -56,7 +56,7 @@ async fn fill<S: Source>(
 }
 
 struct Accounts<'a> {
-    client: &'a deadpool_postgres::Client,
+    client: &'a crate::storage::Conn,
     prefix: &'a str,
     start: Option<String>,
 }
@@ -76,7 +76,7 @@ impl Source for Accounts<'_> {
 }
 
 struct Postings<'a> {
-    client: &'a deadpool_postgres::Client,
+    client: &'a crate::storage::Conn,
     account_id: Option<i64>,
     start: i64,
 }
@@ -96,7 +96,7 @@ impl Source for Postings<'_> {
 }
 
 struct Balances<'a> {
-    client: &'a deadpool_postgres::Client,
+    client: &'a crate::storage::Conn,
     prefix: &'a str,
     at: AppliedAsOf,
     start: Option<String>,
@@ -365,7 +365,7 @@ impl Ledger {
 /// Per-currency totals over every account matching `prefix` at `at`, summed in chunks of
 /// accounts; a trial balance over more than [`MAX_TRIAL_BALANCE_CURRENCIES`] is refused.
 async fn trial_totals(
-    client: &deadpool_postgres::Client,
+    client: &crate::storage::Conn,
     prefix: &str,
     at: &AppliedAsOf,
 ) -> Result<Vec<CurrencyTotal>, LedgerError> {

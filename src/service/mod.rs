@@ -73,7 +73,7 @@ impl Ledger {
         &self.pool
     }
 
-    pub(crate) async fn client(&self) -> Result<deadpool_postgres::Client, LedgerError> {
+    pub(crate) async fn client(&self) -> Result<crate::storage::Conn, LedgerError> {
         self.pool.get().await.map_err(|e| unavailable(e.into()))
     }
 

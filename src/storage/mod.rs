@@ -2,9 +2,9 @@
 //! transaction, and the read queries.
 
 pub mod accounts;
-pub mod backlog;
 pub mod batch;
 pub mod check;
+pub mod fixture;
 pub mod migrate;
 pub mod outbox;
 pub mod read;
@@ -183,6 +183,19 @@ impl From<deadpool_postgres::PoolError> for StorageError {
 
 /// The pool type the service uses.
 pub type Pool = deadpool_postgres::Pool;
+
+/// A pooled connection. Only storage speaks to the database driver: the other rooms hold
+/// connections (and pools) only to hand them back to storage's functions.
+pub type Conn = deadpool_postgres::Client;
+
+/// The settings of a connection (see [`service_config`]).
+pub type ConnConfig = tokio_postgres::Config;
+
+/// Closes a connection instead of returning it to the pool: its state is unknown (a batch
+/// that timed out may still hold the transaction).
+pub fn discard(conn: Conn) {
+    drop(deadpool_postgres::Object::take(conn));
+}
 
 /// Parses a database URL (`postgres://…` or `host=… dbname=…`).
 pub fn parse_config(database_url: &str) -> Result<tokio_postgres::Config, StorageError> {

@@ -91,7 +91,8 @@ pub async fn record_progress(
     Ok(n == 1)
 }
 
-/// The backlog: pending events and the age of the oldest (by the database clock).
+/// The backlog: pending events and the age of the oldest (by the database clock). The one
+/// query of it: the publisher logs it, `/metrics` shows it.
 pub async fn backlog(client: &impl GenericClient) -> Result<Backlog, StorageError> {
     let row = client
         .query_one(

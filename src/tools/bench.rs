@@ -66,7 +66,7 @@ pub struct BenchArgs {
     pub prefix: String,
 }
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use crate::BoxError;
 
 /// Runs the benchmark and prints its results; the JSON summary is the last stdout line.
 pub async fn run(args: BenchArgs) -> Result<(), BoxError> {

@@ -14,13 +14,14 @@ use crate::embedded_pg::{EmbeddedPg, PgOptions};
 use crate::grpc::pb;
 use crate::grpc::pb::ledger_client::LedgerClient;
 use crate::server::{self, OpsOptions, ServerOptions};
+use crate::storage::fixture::{Fixture, History};
 use hdrhistogram::Histogram;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use crate::BoxError;
 
 /// The hot account the scenario loads and queries.
 pub const HOT: &str = "bench:hot";
@@ -98,27 +99,26 @@ pub async fn run(args: BenchAsOfArgs) -> Result<ExitCode, BoxError> {
 
 async fn scenario(args: &BenchAsOfArgs, url: &str, ops: OpsOptions) -> Result<(), BoxError> {
     crate::storage::migrate(url).await?;
-    let db = crate::storage::connect(url).await?;
-    let existing: i64 = db
-        .query_one("SELECT count(*) FROM postings", &[])
-        .await?
-        .get(0);
+    let db = Fixture::open(url).await?;
+    let existing = db.postings().await?;
     if existing > 0 {
         return Err(
             format!("the database already holds {existing} postings; give an empty one").into(),
         );
     }
     let t = Instant::now();
-    load(&db, args).await?;
+    db.load_history(&History {
+        hot: HOT,
+        world: WORLD,
+        legs: args.legs,
+        legs_per_posting: HOT_LEGS_PER_POSTING,
+        days: HISTORY_DAYS,
+        max_shift_days: MAX_SHIFT_DAYS,
+        irregular_percent: args.irregular_percent,
+    })
+    .await?;
     let load_secs = t.elapsed().as_secs_f64();
-    let irregular: i64 = db
-        .query_one(
-            "SELECT count(*) FROM entries e JOIN accounts a USING (account_id)
-             WHERE a.code = $1 AND e.effective_at <> e.recorded_at",
-            &[&HOT],
-        )
-        .await?
-        .get(0);
+    let irregular = db.irregular_legs(HOT).await?;
     eprintln!(
         "loaded {} legs on {HOT} ({irregular} back- or future-dated) in {load_secs:.1} s",
         args.legs
@@ -135,14 +135,7 @@ async fn scenario(args: &BenchAsOfArgs, url: &str, ops: OpsOptions) -> Result<()
     let endpoint = format!("http://{}", server.local_addr);
     let mut client = LedgerClient::new(Channel::from_shared(endpoint.clone())?.connect().await?);
 
-    let bounds = db
-        .query_one(
-            "SELECT min(recorded_at), max(recorded_at), min(effective_at), max(effective_at) FROM postings",
-            &[],
-        )
-        .await?;
-    let (r_lo, r_hi): (time::OffsetDateTime, time::OffsetDateTime) = (bounds.get(0), bounds.get(1));
-    let (e_lo, e_hi): (time::OffsetDateTime, time::OffsetDateTime) = (bounds.get(2), bounds.get(3));
+    let [r_lo, r_hi, e_lo, e_hi] = db.time_bounds().await?;
     let mut rng = XorShift(0x5eed_1234_abcd_0001);
     let mut reads = Vec::new();
     for kind in ["none", "recorded", "effective", "both"] {
@@ -195,7 +188,7 @@ async fn scenario(args: &BenchAsOfArgs, url: &str, ops: OpsOptions) -> Result<()
     let mut round = 0u64;
     for r in 0..args.write_rounds {
         for indexed in [true, false] {
-            set_structure(&db, indexed).await?;
+            db.set_as_of_index(indexed).await?;
             round += 1;
             let rate = post_rate(&endpoint, args, round).await?;
             eprintln!(
@@ -214,7 +207,7 @@ async fn scenario(args: &BenchAsOfArgs, url: &str, ops: OpsOptions) -> Result<()
             }
         }
     }
-    set_structure(&db, true).await?;
+    db.set_as_of_index(true).await?;
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
     let slowdown = if mean(&without) > 0.0 {
         (1.0 - mean(&with) / mean(&without)) * 100.0
@@ -245,25 +238,6 @@ async fn scenario(args: &BenchAsOfArgs, url: &str, ops: OpsOptions) -> Result<()
         reads.join(","),
     );
     crate::cli::print_out(&format!("{summary}\n"))?;
-    Ok(())
-}
-
-/// Creates or drops the as-of structure (the GiST index of migration 0005).
-async fn set_structure(db: &tokio_postgres::Client, present: bool) -> Result<(), BoxError> {
-    if present {
-        exec(
-            db,
-            "CREATE INDEX IF NOT EXISTS entries_irregular_span ON entries USING gist (
-               account_id,
-               tstzrange(least(effective_at, recorded_at), greatest(effective_at, recorded_at), '[)')
-             ) INCLUDE (sequence, direction, amount, effective_at, recorded_at)
-               WHERE effective_at <> recorded_at",
-        )
-        .await?;
-    } else {
-        exec(db, "DROP INDEX IF EXISTS entries_irregular_span").await?;
-    }
-    exec(db, "CHECKPOINT").await?;
     Ok(())
 }
 
@@ -318,91 +292,6 @@ async fn post_rate(endpoint: &str, args: &BenchAsOfArgs, round: u64) -> Result<f
         total += t.await??;
     }
     Ok(total as f64 / start.elapsed().as_secs_f64())
-}
-
-/// Loads `legs` legs of the hot account: postings of [`HOT_LEGS_PER_POSTING`] hot legs (debits
-/// and smaller credits) and one balancing credit on the counterpart, recorded evenly over
-/// [`HISTORY_DAYS`] up to a minute ago; a share back-dated and a share future-dated by up to
-/// [`MAX_SHIFT_DAYS`]. Running totals and versions are computed as the writer does.
-async fn load(db: &tokio_postgres::Client, args: &BenchAsOfArgs) -> Result<(), BoxError> {
-    let postings = (args.legs + HOT_LEGS_PER_POSTING - 1) / HOT_LEGS_PER_POSTING;
-    exec(db, &format!(
-        "INSERT INTO accounts (code, currency, scale, normal_balance, allow_negative, metadata)
-           VALUES ('{HOT}', 'EUR', 2, 'debit', true, '{{}}'), ('{WORLD}', 'EUR', 2, 'credit', true, '{{}}');
-         INSERT INTO account_totals SELECT account_id, 0, 0, 0, 0 FROM accounts;"
-    ))
-    .await?;
-    let step_us = HISTORY_DAYS * 86_400_000_000 / postings.max(1);
-    let shift_us = MAX_SHIFT_DAYS * 86_400_000_000;
-    let pct = args.irregular_percent;
-    // Deterministic pseudo-random choices: a seeded generator in one session.
-    exec(db, &format!(
-        "BEGIN;
-         SELECT setseed(0.42);
-         CREATE TEMP TABLE bench_p ON COMMIT DROP AS
-           SELECT s AS sequence,
-                  date_trunc('second', now()) - interval '1 minute'
-                    - ({postings} - s) * interval '{step_us} microseconds' AS recorded_at,
-                  (random() * 100)::int AS kind,
-                  1 + (random() * {shift_us})::bigint AS shift
-           FROM generate_series(1, {postings}) s;
-         INSERT INTO idempotency_keys (caller, idempotency_key, operation, fingerprint, decided_at)
-           SELECT 'bench', 'load-' || sequence, 'post', sha256(('load-' || sequence)::bytea), recorded_at FROM bench_p;
-         INSERT INTO postings (sequence, posting_id, caller, idempotency_key, effective_at, recorded_at, memo, metadata, key_id)
-           SELECT sequence, gen_random_uuid(), 'bench', 'load-' || sequence,
-                  CASE WHEN kind < {pct} THEN recorded_at - shift * interval '1 microsecond'
-                       WHEN kind < 2 * {pct} THEN recorded_at + shift * interval '1 microsecond'
-                       ELSE recorded_at END,
-                  recorded_at, '', '{{}}', k.key_id
-           FROM bench_p JOIN idempotency_keys k ON k.caller = 'bench' AND k.idempotency_key = 'load-' || sequence;
-         CREATE TEMP TABLE bench_l ON COMMIT DROP AS
-           SELECT p.sequence, j AS leg_index, a.account_id,
-                  CASE WHEN j % 2 = 0 THEN 'D' ELSE 'C' END::\"char\" AS direction,
-                  CASE WHEN j % 2 = 0 THEN round(10 + (random() * 9000)::int::numeric / 100, 2)
-                       ELSE round(0.01 + (random() * 900)::int::numeric / 100, 2) END AS amount,
-                  p.recorded_at, p.effective_at
-           FROM postings p CROSS JOIN generate_series(0, {hl} - 1) j
-           JOIN accounts a ON a.code = '{HOT}'
-           WHERE p.sequence * {hl} - ({hl} - 1 - j) <= {legs};
-         INSERT INTO bench_l
-           SELECT l.sequence, max(l.leg_index) + 1, w.account_id, 'C',
-                  sum(CASE WHEN l.direction = 'D' THEN l.amount ELSE -l.amount END),
-                  min(l.recorded_at), min(l.effective_at)
-           FROM bench_l l JOIN accounts w ON w.code = '{WORLD}'
-           GROUP BY l.sequence, w.account_id;
-         INSERT INTO entries (sequence, leg_index, account_id, direction, amount, account_version,
-                              debits_after, credits_after, recorded_at, effective_at)
-           SELECT sequence, leg_index, account_id, direction, amount,
-                  row_number() OVER w,
-                  sum(CASE WHEN direction = 'D' THEN amount ELSE 0 END) OVER w,
-                  sum(CASE WHEN direction = 'C' THEN amount ELSE 0 END) OVER w,
-                  recorded_at, effective_at
-           FROM bench_l
-           WINDOW w AS (PARTITION BY account_id ORDER BY sequence, leg_index);
-         UPDATE account_totals t SET debits = x.d, credits = x.c, version = x.v, last_sequence = x.s
-           FROM (SELECT account_id, coalesce(sum(amount) FILTER (WHERE direction = 'D'), 0) AS d,
-                        coalesce(sum(amount) FILTER (WHERE direction = 'C'), 0) AS c,
-                        count(*) AS v, max(sequence) AS s
-                 FROM entries GROUP BY account_id) x
-           WHERE t.account_id = x.account_id;
-         UPDATE ledger_state SET last_sequence = {postings},
-           last_recorded_at = (SELECT max(recorded_at) FROM postings);
-         COMMIT;",
-        hl = HOT_LEGS_PER_POSTING,
-        legs = args.legs,
-    ))
-    .await?;
-    // Index-only scans need the visibility map; planning needs statistics.
-    exec(db, "VACUUM ANALYZE entries").await?;
-    exec(db, "VACUUM ANALYZE postings").await?;
-    Ok(())
-}
-
-/// Runs SQL, with the database's own message on failure.
-async fn exec(db: &tokio_postgres::Client, sql: &str) -> Result<(), BoxError> {
-    db.batch_execute(sql)
-        .await
-        .map_err(|e| crate::storage::StorageError::from(e).into())
 }
 
 fn ts(t: time::OffsetDateTime) -> prost_types::Timestamp {

@@ -23,6 +23,7 @@ mod reads;
 mod roles;
 mod server_surface;
 mod throughput;
+mod tidy;
 mod transport;
 mod upgrade;
 mod validation;

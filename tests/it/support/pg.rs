@@ -57,6 +57,7 @@ pub fn shared_cluster() -> &'static SharedCluster {
             fast_unsafe: true,
             port: DEFAULT_PORT,
             holder: HOLDER.to_owned(),
+            bin_dir: None,
         })
         .unwrap_or_else(|err| {
             let _ = fs::remove_dir_all(&data_dir);
@@ -221,6 +222,7 @@ pub async fn private_cluster() -> (EmbeddedPg, String) {
         fast_unsafe: true,
         port: DEFAULT_PORT,
         holder: HOLDER.to_owned(),
+        bin_dir: None,
     };
     let mut pg = tokio::task::spawn_blocking(move || EmbeddedPg::start(options))
         .await
