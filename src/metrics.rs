@@ -11,7 +11,6 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tonic::Code;
 
@@ -36,6 +35,9 @@ pub const POOL_OPEN: &str = "ledger_db_pool_open_connections";
 pub const POOL_IN_USE: &str = "ledger_db_pool_in_use_connections";
 pub const POOL_WAITING: &str = "ledger_db_pool_waiting_requests";
 
+/// Scrapes served at once, at most (limit MAX_METRICS_CONNECTIONS): a Prometheus server or
+/// two scrape every few seconds; a flood of connections is closed at once.
+pub const MAX_METRICS_CONNECTIONS: usize = 16;
 /// Bytes of an HTTP request to the metrics endpoint, at most.
 pub const MAX_METRICS_REQUEST_BYTES: usize = 8 * 1024;
 /// Time to read a request or sample the database, at most.
@@ -169,16 +171,20 @@ pub async fn serve(
     let addr = listener.local_addr()?;
     tracing::info!(%addr, "serving Prometheus metrics at /metrics");
     let task = tokio::spawn(async move {
+        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_METRICS_CONNECTIONS));
         let mut upkeep = tokio::time::interval(Duration::from_secs(5));
         loop {
             tokio::select! {
                 accepted = listener.accept() => match accepted {
                     Ok((stream, _)) => {
+                        // A scraper past the cap is closed at once (limit MAX_METRICS_CONNECTIONS).
+                        let Ok(slot) = slots.clone().try_acquire_owned() else { continue };
                         let (handle, pool) = (handle.clone(), pool.clone());
                         tokio::spawn(async move {
-                            if let Err(e) = answer(stream, &handle, &pool).await {
+                            if let Err(e) = answer(stream, handle, pool).await {
                                 tracing::debug!(error = %e, "metrics request failed");
                             }
+                            drop(slot);
                         });
                     }
                     Err(e) => {
@@ -193,49 +199,50 @@ pub async fn serve(
     Ok((addr, task))
 }
 
-/// One HTTP/1.x exchange: `GET /metrics` gets the exposition, anything else 404 or 405.
+/// One HTTP/1.1 connection (hyper's server): `GET /metrics` gets the exposition, anything
+/// else 404 or 405; a request head must arrive within [`METRICS_IO_TIMEOUT`], and every answer
+/// closes the connection (scrapes are seconds apart).
 async fn answer(
-    mut stream: TcpStream,
+    stream: TcpStream,
+    handle: PrometheusHandle,
+    pool: Pool,
+) -> Result<(), hyper::Error> {
+    let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        let (handle, pool) = (handle.clone(), pool.clone());
+        async move { Ok::<_, std::convert::Infallible>(exposition(&req, &handle, &pool).await) }
+    });
+    hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(METRICS_IO_TIMEOUT)
+        .max_buf_size(MAX_METRICS_REQUEST_BYTES)
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+        .await
+}
+
+async fn exposition(
+    req: &hyper::Request<hyper::body::Incoming>,
     handle: &PrometheusHandle,
     pool: &Pool,
-) -> std::io::Result<()> {
-    let mut buf = Vec::with_capacity(1024);
-    let head_read = tokio::time::timeout(METRICS_IO_TIMEOUT, async {
-        let mut chunk = [0u8; 1024];
-        while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < MAX_METRICS_REQUEST_BYTES {
-            let n = stream.read(&mut chunk).await?;
-            if n == 0 {
-                break;
-            }
-            buf.extend_from_slice(&chunk[..n]);
-        }
-        Ok::<_, std::io::Error>(())
-    })
-    .await;
-    if !matches!(head_read, Ok(Ok(()))) {
-        return Ok(());
-    }
-    let line = buf.split(|b| *b == b'\r').next().unwrap_or_default();
-    let mut parts = line.split(|b| *b == b' ');
-    let (method, path) = (
-        parts.next().unwrap_or_default(),
-        parts.next().unwrap_or_default(),
-    );
-    let path = path.split(|b| *b == b'?').next().unwrap_or_default();
-    let (status, body) = match (method, path) {
-        (b"GET", b"/metrics") => {
+) -> hyper::Response<http_body_util::Full<tonic::codegen::Bytes>> {
+    let (status, body) = match (req.method(), req.uri().path()) {
+        (&hyper::Method::GET, "/metrics") => {
             sample(pool).await;
             handle.run_upkeep();
-            ("200 OK", handle.render())
+            (hyper::StatusCode::OK, handle.render())
         }
-        (_, b"/metrics") => ("405 Method Not Allowed", "only GET\n".to_owned()),
-        _ => ("404 Not Found", "metrics are at /metrics\n".to_owned()),
+        (_, "/metrics") => (
+            hyper::StatusCode::METHOD_NOT_ALLOWED,
+            "only GET\n".to_owned(),
+        ),
+        _ => (
+            hyper::StatusCode::NOT_FOUND,
+            "metrics are at /metrics\n".to_owned(),
+        ),
     };
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(body.as_bytes()).await?;
-    stream.shutdown().await
+    hyper::Response::builder()
+        .status(status)
+        .header("content-type", "text/plain; version=0.0.4; charset=utf-8")
+        .header("connection", "close")
+        .body(http_body_util::Full::new(tonic::codegen::Bytes::from(body)))
+        .expect("a response of constant headers")
 }

@@ -595,3 +595,37 @@ async fn on_sigterm_a_request_in_flight_completes_new_ones_are_refused_and_the_p
         .get(0);
     assert_eq!(n, 1);
 }
+
+/// One raw HTTP/1.1 exchange with the metrics endpoint: the status line.
+async fn http_status(addr: std::net::SocketAddr, request: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out.lines().next().unwrap_or_default().to_owned()
+}
+
+#[tokio::test]
+async fn the_metrics_endpoint_answers_only_get_metrics_and_closes_each_connection() {
+    let t = TestLedger::start_with(OpsOptions {
+        metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
+        ..app_role_ops()
+    })
+    .await;
+    let addr = t.server.as_ref().unwrap().metrics_addr.unwrap();
+    let get = |path: &str| format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(http_status(addr, &get("/metrics")).await, "HTTP/1.1 200 OK");
+    assert_eq!(
+        http_status(addr, &get("/other")).await,
+        "HTTP/1.1 404 Not Found"
+    );
+    let post = "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n";
+    assert_eq!(
+        http_status(addr, post).await,
+        "HTTP/1.1 405 Method Not Allowed"
+    );
+    assert!(http_status(addr, "not http at all\r\n\r\n")
+        .await
+        .starts_with("HTTP/1.1 400"));
+}
