@@ -94,6 +94,7 @@ pub struct RunningServer {
     access: Arc<AccessState>,
     health: tonic_health::server::HealthReporter,
     metrics_task: Option<tokio::task::JoinHandle<()>>,
+    expiry_task: tokio::task::JoinHandle<()>,
     pool: Pool,
     transport: Transport,
     drain_timeout: Duration,
@@ -120,6 +121,7 @@ impl RunningServer {
         if let Some(t) = self.metrics_task {
             t.abort();
         }
+        self.expiry_task.abort();
         // Idle connections close now, cleanly, before the caller stops the database.
         self.pool.close();
         Ok(())
@@ -160,6 +162,7 @@ pub async fn start(opts: ServerOptions) -> Result<RunningServer, crate::BoxError
         None => (None, None, None),
     };
     let ledger = Arc::new(Ledger::new(pool.clone(), observer, &opts.tuning).await?);
+    let expiry_task = start_expiry(&ledger, &opts.tuning).await;
 
     let mtls = ops.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
     let access_enabled = ops.auth.is_some() || mtls;
@@ -195,10 +198,32 @@ pub async fn start(opts: ServerOptions) -> Result<RunningServer, crate::BoxError
         access,
         health,
         metrics_task,
+        expiry_task,
         pool,
         transport,
         drain_timeout: opts.tuning.drain_timeout,
     })
+}
+
+/// Releases the holds that expired while the server was stopped (before it serves), then
+/// starts the expiry task. A release that cannot be recorded now is retried by the task.
+async fn start_expiry(
+    ledger: &Arc<Ledger>,
+    tuning: &crate::tuning::Tuning,
+) -> tokio::task::JoinHandle<()> {
+    match crate::service::expiry::release_all_due(ledger).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(
+            released = n,
+            "released the holds that expired while the server was stopped"
+        ),
+        Err(e) => {
+            tracing::warn!(error = %e, "not every expired hold could be released at start-up; the expiry task retries")
+        }
+    }
+    // A round looks back past any batch still committing (each takes at most its timeout).
+    let overlap = (3 * tuning.writer.batch_timeout).max(Duration::from_secs(30));
+    tokio::spawn(crate::service::expiry::run(ledger.clone(), overlap))
 }
 
 /// What the transport serves: health and reflection (v1, and v1alpha for grpcurl 1.8) open,

@@ -55,6 +55,10 @@ reasons! {
     PermissionDenied => "PERMISSION_DENIED",
     DeadlineExceeded => "DEADLINE_EXCEEDED",
     JournalCorrupt => "JOURNAL_CORRUPT",
+    HoldNotPending => "HOLD_NOT_PENDING",
+    CaptureExceedsHold => "CAPTURE_EXCEEDS_HOLD",
+    NotAHold => "NOT_A_HOLD",
+    CaptureLegsMismatch => "CAPTURE_LEGS_MISMATCH",
 }
 
 impl Reason {

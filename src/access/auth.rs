@@ -14,6 +14,7 @@
 //! maps a client certificate whose identity (subject CN, else its first DNS SAN) is CALLER.
 //! A caller may have several token lines (rotation). Pure logic only: no I/O but [`AuthFile::load`].
 
+use crate::domain::hold::LEDGER_CALLER;
 use crate::domain::{LedgerError, Reason};
 use crate::grpc::ANONYMOUS;
 use sha2::{Digest, Sha256};
@@ -62,7 +63,8 @@ pub fn needs_writer(method: &str) -> bool {
 }
 
 /// A caller's name is 1..=[`MAX_CALLER_BYTES`] bytes without whitespace or control
-/// characters, and not the name reserved for unauthenticated calls.
+/// characters, and not a reserved name: the one of unauthenticated calls, and the ledger's
+/// own (it records the releases of expired holds).
 pub fn validate_caller(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > MAX_CALLER_BYTES {
         return Err(format!(
@@ -77,6 +79,11 @@ pub fn validate_caller(name: &str) -> Result<(), String> {
     if name == ANONYMOUS {
         return Err(format!(
             "caller name {ANONYMOUS:?} is reserved for calls without authentication"
+        ));
+    }
+    if name == LEDGER_CALLER {
+        return Err(format!(
+            "caller name {LEDGER_CALLER:?} is reserved for the ledger's own postings (releases of expired holds)"
         ));
     }
     Ok(())
@@ -399,6 +406,23 @@ mod tests {
         Presented {
             authorization: Some(h.as_bytes()),
             certificate_identity: None,
+        }
+    }
+
+    #[test]
+    fn reserved_and_malformed_caller_names_are_refused() {
+        for bad in [
+            "",
+            "anonymous",
+            "ledger",
+            "a b",
+            "tab\there",
+            &"x".repeat(MAX_CALLER_BYTES + 1),
+        ] {
+            assert!(validate_caller(bad).is_err(), "{bad:?}");
+        }
+        for good in ["svc", "ledger-ops", "Ledger", &"x".repeat(MAX_CALLER_BYTES)] {
+            assert!(validate_caller(good).is_ok(), "{good:?}");
         }
     }
 

@@ -26,12 +26,13 @@ use tonic::server::NamedService;
 use tonic::Code;
 
 /// The methods of `ledger.v1.Ledger` (metric labels are only ever one of these or `unknown`).
-pub const METHODS: [&str; 10] = [
+pub const METHODS: [&str; 11] = [
     "CreateAccount",
     "GetAccount",
     "ListAccounts",
     "Post",
     "Void",
+    "Capture",
     "GetPosting",
     "ListPostings",
     "GetBalance",

@@ -1,6 +1,13 @@
 //! The pure decision core of the writer: applies postings, in order, to balances held in
-//! memory for a batch, and refuses any posting that would take a no-negative account below
-//! zero or an account's totals past [`MAX_TOTAL_MINOR`]. A refused posting changes nothing.
+//! memory for a batch, and refuses any posting that would take a no-negative account's
+//! available balance below zero or an account's totals past [`MAX_TOTAL_MINOR`]. A refused
+//! posting changes nothing. A posting is applied whole: its legs on one account are netted
+//! before the rule is checked.
+//!
+//! Four kinds of change: an ordinary posting moves money (debits, credits); a hold adds to
+//! the held totals and moves nothing; a capture moves what it captures and takes the whole
+//! hold off the held totals (never refused for funds: they were reserved); a release takes a
+//! hold off the held totals.
 
 use super::account::{Direction, NormalBalance};
 use super::amount::format_minor;
@@ -16,14 +23,28 @@ pub struct Totals {
     pub debits: i128,
     /// Sum of credit legs, in minor units.
     pub credits: i128,
-    /// Number of legs so far (the version of the last leg).
+    /// Number of legs that moved money so far (the version of the last).
     pub version: i64,
+    /// Sums of the legs of the account's open holds.
+    pub held_debits: i128,
+    pub held_credits: i128,
 }
 
 impl Totals {
     /// The signed balance for an account of `normal` side.
     pub fn balance(&self, normal: NormalBalance) -> i128 {
         balance_of(normal, self.debits, self.credits)
+    }
+
+    /// The balance less what the open holds would take from it.
+    pub fn available(&self, normal: NormalBalance) -> i128 {
+        available_of(
+            normal,
+            self.debits,
+            self.credits,
+            self.held_debits,
+            self.held_credits,
+        )
     }
 }
 
@@ -32,6 +53,21 @@ pub fn balance_of(normal: NormalBalance, debits: i128, credits: i128) -> i128 {
     match normal {
         NormalBalance::Debit => debits - credits,
         NormalBalance::Credit => credits - debits,
+    }
+}
+
+/// The balance less the held legs that would lower it: debits − credits − held credits for a
+/// debit-normal account, credits − debits − held debits for a credit-normal one.
+pub fn available_of(
+    normal: NormalBalance,
+    debits: i128,
+    credits: i128,
+    held_debits: i128,
+    held_credits: i128,
+) -> i128 {
+    match normal {
+        NormalBalance::Debit => debits - credits - held_credits,
+        NormalBalance::Credit => credits - debits - held_debits,
     }
 }
 
@@ -65,6 +101,23 @@ pub struct LegEffect {
     pub after: Totals,
 }
 
+/// What a posting does to the totals.
+#[derive(Clone, Copy, Debug)]
+pub enum Change<'a> {
+    /// Moves money: the legs add to debits and credits; the funds rule applies.
+    Move(&'a [Leg]),
+    /// Reserves: the legs add to the held totals; the funds rule applies.
+    Hold(&'a [Leg]),
+    /// Moves `captured` and takes `hold` (the hold's legs) off the held totals; within the
+    /// hold, so never refused for funds.
+    Capture {
+        captured: &'a [Leg],
+        hold: &'a [Leg],
+    },
+    /// Takes `hold` off the held totals.
+    Release(&'a [Leg]),
+}
+
 /// Balances of the accounts a batch touches, and the rules they obey.
 pub struct Engine {
     totals: HashMap<i64, Totals>,
@@ -79,12 +132,16 @@ impl Engine {
                 .get(id)
                 .unwrap_or_else(|| panic!("no rule for account {id}"));
             assert!(
-                t.debits >= 0 && t.credits >= 0 && t.version >= 0,
+                t.debits >= 0
+                    && t.credits >= 0
+                    && t.version >= 0
+                    && t.held_debits >= 0
+                    && t.held_credits >= 0,
                 "account {} totals negative: {t:?}",
                 rule.code
             );
             assert!(
-                rule.allow_negative || t.balance(rule.normal_balance) >= 0,
+                rule.allow_negative || t.available(rule.normal_balance) >= 0,
                 "account {} is below zero though it does not allow it: {t:?}",
                 rule.code
             );
@@ -105,16 +162,79 @@ impl Engine {
         self.totals
     }
 
-    /// Applies a posting whole, or refuses it whole and changes nothing.
+    /// Applies an ordinary posting whole, or refuses it whole and changes nothing.
     pub fn apply(&mut self, legs: &[Leg]) -> Result<Vec<LegEffect>, LedgerError> {
-        let mut next: HashMap<i64, Totals> = HashMap::with_capacity(legs.len());
+        self.change(Change::Move(legs))
+    }
+
+    /// Applies a change whole, or refuses it whole and changes nothing. Returns the effect of
+    /// each leg that moved money (for a hold or a release: none).
+    pub fn change(&mut self, change: Change) -> Result<Vec<LegEffect>, LedgerError> {
+        let mut next: HashMap<i64, Totals> = HashMap::new();
+        let (moves, check) = match change {
+            Change::Move(legs) => (legs, true),
+            Change::Hold(legs) => {
+                self.held(&mut next, legs, 1)?;
+                (&[][..], true)
+            }
+            Change::Capture { captured, hold } => {
+                self.held(&mut next, hold, -1)?;
+                (captured, false)
+            }
+            Change::Release(hold) => {
+                self.held(&mut next, hold, -1)?;
+                (&[][..], false)
+            }
+        };
+        let effects = self.moved(&mut next, moves)?;
+        if check {
+            let legs = match change {
+                Change::Hold(l) | Change::Move(l) => l,
+                _ => unreachable!(),
+            };
+            self.check_funds(&next, legs)?;
+        }
+        self.totals.extend(next);
+        Ok(effects)
+    }
+
+    fn current(&self, next: &HashMap<i64, Totals>, id: i64) -> Totals {
+        next.get(&id).copied().unwrap_or_else(|| self.totals(id))
+    }
+
+    /// Adds (`sign` 1) or takes off (−1) legs from the held totals.
+    fn held(
+        &self,
+        next: &mut HashMap<i64, Totals>,
+        legs: &[Leg],
+        sign: i128,
+    ) -> Result<(), LedgerError> {
+        for leg in legs {
+            let mut t = self.current(next, leg.account_id);
+            let amount = sign * leg.amount.minor();
+            match leg.direction {
+                Direction::Debit => t.held_debits += amount,
+                Direction::Credit => t.held_credits += amount,
+            }
+            assert!(
+                t.held_debits >= 0 && t.held_credits >= 0,
+                "a release of more than was held: {t:?}"
+            );
+            self.within_limit(leg.account_id, &t)?;
+            next.insert(leg.account_id, t);
+        }
+        Ok(())
+    }
+
+    /// Moves legs' money; the effect of each (the totals after it).
+    fn moved(
+        &self,
+        next: &mut HashMap<i64, Totals>,
+        legs: &[Leg],
+    ) -> Result<Vec<LegEffect>, LedgerError> {
         let mut effects = Vec::with_capacity(legs.len());
         for leg in legs {
-            let cur = next
-                .get(&leg.account_id)
-                .copied()
-                .unwrap_or_else(|| self.totals(leg.account_id));
-            let mut t = cur;
+            let mut t = self.current(next, leg.account_id);
             let amount = leg.amount.minor();
             assert!(amount > 0, "leg amount {amount} must be positive");
             match leg.direction {
@@ -122,49 +242,77 @@ impl Engine {
                 Direction::Credit => t.credits += amount,
             }
             t.version += 1;
-            let rule = &self.rules[&leg.account_id];
-            if t.debits > MAX_TOTAL_MINOR || t.credits > MAX_TOTAL_MINOR {
-                return Err(LedgerError::new(
-                    Reason::LimitExceeded,
-                    format!(
-                        "account {} would exceed {} total debits or credits (limit MAX_TOTAL_MINOR)",
-                        rule.code,
-                        format_minor(MAX_TOTAL_MINOR, rule.scale)
-                    ),
-                )
-                .with("account", &rule.code)
-                .with("limit", "MAX_TOTAL_MINOR"));
-            }
+            self.within_limit(leg.account_id, &t)?;
             next.insert(leg.account_id, t);
             effects.push(LegEffect {
                 account_id: leg.account_id,
                 after: t,
             });
         }
-        // Check in leg order so the message names the first account in the request.
-        for leg in legs {
-            let rule = &self.rules[&leg.account_id];
-            let t = next[&leg.account_id];
-            let after = t.balance(rule.normal_balance);
-            if !rule.allow_negative && after < 0 {
-                let before = self.totals(leg.account_id).balance(rule.normal_balance);
-                return Err(LedgerError::new(
-                    Reason::InsufficientFunds,
-                    format!(
-                        "account {} has a balance of {} {} over all its legs, whatever their effective time (a future-dated leg counts at once, though GetBalance without as_of leaves it out until it is effective), and does not allow negative balances; this posting would make it {} {}",
-                        rule.code,
-                        format_minor(before, rule.scale),
-                        rule.currency,
-                        format_minor(after, rule.scale),
-                        rule.currency
-                    ),
-                )
-                .with("account", &rule.code));
-            }
-        }
-        self.totals.extend(next);
         Ok(effects)
     }
+
+    fn within_limit(&self, id: i64, t: &Totals) -> Result<(), LedgerError> {
+        let over = [t.debits, t.credits, t.held_debits, t.held_credits]
+            .iter()
+            .any(|v| *v > MAX_TOTAL_MINOR);
+        if !over {
+            return Ok(());
+        }
+        let rule = &self.rules[&id];
+        Err(LedgerError::new(
+            Reason::LimitExceeded,
+            format!(
+                "account {} would exceed {} total debits or credits (limit MAX_TOTAL_MINOR)",
+                rule.code,
+                format_minor(MAX_TOTAL_MINOR, rule.scale)
+            ),
+        )
+        .with("account", &rule.code)
+        .with("limit", "MAX_TOTAL_MINOR"))
+    }
+
+    /// The funds rule after a whole posting, in leg order so the message names the first
+    /// account in the request.
+    fn check_funds(&self, next: &HashMap<i64, Totals>, legs: &[Leg]) -> Result<(), LedgerError> {
+        for leg in legs {
+            let rule = &self.rules[&leg.account_id];
+            let after = next[&leg.account_id].available(rule.normal_balance);
+            if !rule.allow_negative && after < 0 {
+                return Err(insufficient(rule, self.totals(leg.account_id), after));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The refusal of a posting that would take `rule`'s account's available balance below zero.
+fn insufficient(rule: &Rule, before: Totals, after: i128) -> LedgerError {
+    let before_available = before.available(rule.normal_balance);
+    let held = if before_available == before.balance(rule.normal_balance) {
+        String::new()
+    } else {
+        format!(
+            " ({} {} held by open holds)",
+            format_minor(
+                before.balance(rule.normal_balance) - before_available,
+                rule.scale
+            ),
+            rule.currency
+        )
+    };
+    LedgerError::new(
+        Reason::InsufficientFunds,
+        format!(
+            "account {} has an available balance of {} {}{held} over all its legs, whatever their effective time (a future-dated leg counts at once, though GetBalance without as_of leaves it out until it is effective), and does not allow negative balances; this posting would make it {} {}",
+            rule.code,
+            format_minor(before_available, rule.scale),
+            rule.currency,
+            format_minor(after, rule.scale),
+            rule.currency
+        ),
+    )
+    .with("account", &rule.code)
 }
 
 #[cfg(test)]

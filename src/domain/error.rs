@@ -53,6 +53,10 @@ reasons! {
     PermissionDenied => "PERMISSION_DENIED",
     DeadlineExceeded => "DEADLINE_EXCEEDED",
     JournalCorrupt => "JOURNAL_CORRUPT",
+    HoldNotPending => "HOLD_NOT_PENDING",
+    CaptureExceedsHold => "CAPTURE_EXCEEDS_HOLD",
+    NotAHold => "NOT_A_HOLD",
+    CaptureLegsMismatch => "CAPTURE_LEGS_MISMATCH",
 }
 
 /// The class of an error, which the gRPC adapter maps to a status code.
@@ -88,13 +92,17 @@ impl Reason {
             | Reason::LimitExceeded
             | Reason::AsOfInFuture
             | Reason::InvalidPageToken
-            | Reason::InvalidField => Class::InvalidArgument,
+            | Reason::InvalidField
+            | Reason::CaptureLegsMismatch => Class::InvalidArgument,
             Reason::AccountNotFound | Reason::PostingNotFound => Class::NotFound,
             Reason::IdempotencyKeyReused
             | Reason::InsufficientFunds
             | Reason::AlreadyVoided
             | Reason::VoidOfVoid
-            | Reason::AccountConflict => Class::FailedPrecondition,
+            | Reason::AccountConflict
+            | Reason::HoldNotPending
+            | Reason::CaptureExceedsHold
+            | Reason::NotAHold => Class::FailedPrecondition,
             Reason::StorageUnavailable => Class::Unavailable,
             Reason::Unauthenticated => Class::Unauthenticated,
             Reason::PermissionDenied => Class::PermissionDenied,
@@ -182,6 +190,7 @@ impl LedgerError {
                 | Reason::AlreadyVoided
                 | Reason::VoidOfVoid
                 | Reason::LimitExceeded
+                | Reason::HoldNotPending
         )
     }
 }

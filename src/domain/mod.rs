@@ -5,6 +5,7 @@ pub mod account;
 pub mod amount;
 pub mod engine;
 pub mod error;
+pub mod hold;
 pub mod limits;
 pub mod page;
 pub mod page_token;

@@ -67,15 +67,20 @@ impl WireSize for Posting {
             + map(&self.metadata)
             + self.void_reason.as_deref().map_or(0, text)
             + text(&self.caller)
+            + HOLD_FIELDS
     }
 }
+
+/// A posting's hold fields, at most: the flag, the expiry, the status, and the ids of the
+/// postings that closed it or that it closes.
+const HOLD_FIELDS: usize = 2 * SCALAR + TIMESTAMP + 3 * (FIELD_OVERHEAD + UUID_TEXT);
 
 impl WireSize for Balance {
     fn wire_size(&self) -> usize {
         FIELD_OVERHEAD
             + text(&self.account)
             + text(&self.currency)
-            + 3 * (FIELD_OVERHEAD + AMOUNT_TEXT_MAX)
+            + 6 * (FIELD_OVERHEAD + AMOUNT_TEXT_MAX)
             + SCALAR
             + FIELD_OVERHEAD
             + 2 * TIMESTAMP
@@ -84,7 +89,7 @@ impl WireSize for Balance {
 
 impl WireSize for CurrencyTotal {
     fn wire_size(&self) -> usize {
-        FIELD_OVERHEAD + text(&self.currency) + 2 * (FIELD_OVERHEAD + AMOUNT_TEXT_MAX)
+        FIELD_OVERHEAD + text(&self.currency) + 4 * (FIELD_OVERHEAD + AMOUNT_TEXT_MAX)
     }
 }
 
@@ -105,7 +110,7 @@ pub const ENTRY_WIRE_MAX: usize = FIELD_OVERHEAD
 pub const BALANCE_WIRE_MAX: usize = FIELD_OVERHEAD
     + (FIELD_OVERHEAD + MAX_ACCOUNT_CODE_CHARS)
     + (FIELD_OVERHEAD + MAX_CURRENCY_CHARS)
-    + 3 * (FIELD_OVERHEAD + AMOUNT_TEXT_MAX)
+    + 6 * (FIELD_OVERHEAD + AMOUNT_TEXT_MAX)
     + SCALAR
     + FIELD_OVERHEAD
     + 2 * TIMESTAMP;

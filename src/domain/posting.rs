@@ -29,6 +29,10 @@ pub struct PostRequest {
     pub effective_at: Option<OffsetDateTime>,
     pub memo: String,
     pub metadata: Metadata,
+    /// A hold: the legs reserve their amounts and move none.
+    pub hold: bool,
+    /// A hold's expiry time (none: it stays open until captured or voided).
+    pub hold_expires_at: Option<OffsetDateTime>,
 }
 
 /// A `Void` as the caller sent it.
@@ -61,6 +65,8 @@ pub struct ValidPost {
     pub effective_at: Option<OffsetDateTime>,
     pub memo: String,
     pub metadata: Metadata,
+    /// Set for a hold.
+    pub hold: Option<super::hold::HoldTerms>,
     pub fingerprint: Fingerprint,
 }
 
@@ -168,24 +174,14 @@ impl PostRequest {
         validate_text("memo", &self.memo)?;
         validate_metadata(&self.metadata)?;
         validate_effective_at(self.effective_at)?;
-        let mut codes = Vec::new();
-        for (i, leg) in self.legs.iter().enumerate() {
-            validate_code(&leg.account).map_err(|e| LedgerError {
-                message: format!("leg {i}: {}", e.message),
-                ..e.with("field", format!("legs[{i}].account"))
-            })?;
-            if leg.direction.is_none() {
-                return Err(LedgerError::new(
-                    Reason::InvalidField,
-                    format!("leg {i}: direction must be DIRECTION_DEBIT or DIRECTION_CREDIT"),
-                )
-                .with("field", format!("legs[{i}].direction")));
-            }
-            if !codes.contains(&leg.account) {
-                codes.push(leg.account.clone());
-            }
+        if self.hold_expires_at.is_some() && !self.hold {
+            return Err(LedgerError::new(
+                Reason::InvalidField,
+                "hold_expires_at is for holds: send hold: true, or no hold_expires_at",
+            )
+            .with("field", "hold_expires_at"));
         }
-        Ok(codes)
+        leg_codes(&self.legs)
     }
 
     /// Resolves legs against their accounts (looked up by the caller of this function),
@@ -193,55 +189,92 @@ impl PostRequest {
     /// currency. Calls [`PostRequest::check_shape`] first.
     pub fn validate(&self, accounts: &HashMap<String, Account>) -> Result<ValidPost, LedgerError> {
         self.check_shape()?;
-        let mut legs = Vec::with_capacity(self.legs.len());
-        for (i, leg) in self.legs.iter().enumerate() {
-            let account = accounts.get(&leg.account).ok_or_else(|| {
-                LedgerError::new(
-                    Reason::AccountNotFound,
-                    format!("leg {i}: account {:?} does not exist", leg.account),
-                )
-                .with("account", &leg.account)
-                .with("field", format!("legs[{i}].account"))
-            })?;
-            let amount = Amount::parse_positive(&leg.amount, account.scale).map_err(|e| {
-                let reason = match e {
-                    AmountError::TooManyDecimals { .. } => Reason::AmountScale,
-                    _ => Reason::InvalidAmount,
-                };
-                let err = LedgerError::new(
-                    reason,
-                    format!(
-                        "leg {i}: amount {:?} for account {:?} {e}",
-                        truncate_for_message(&leg.amount),
-                        leg.account
-                    ),
-                )
-                .with("account", &leg.account)
-                .with("field", format!("legs[{i}].amount"));
-                match e {
-                    AmountError::TooLarge => err.with("limit", "MAX_AMOUNT_DIGITS"),
-                    _ => err,
-                }
-            })?;
-            legs.push(Leg {
-                account_id: account.id,
-                account_code: account.code.clone(),
-                currency: account.currency.clone(),
-                direction: leg.direction.expect("checked by check_shape"),
-                amount,
-            });
-        }
+        let legs = resolve_legs(&self.legs, accounts)?;
         check_balanced(&legs)?;
-        let fingerprint = post_fingerprint(&legs, self.effective_at, &self.memo, &self.metadata);
+        let hold = self.hold.then_some(super::hold::HoldTerms {
+            expires_at: self.hold_expires_at,
+        });
+        let fingerprint =
+            post_fingerprint(&legs, self.effective_at, &self.memo, &self.metadata, hold);
         Ok(ValidPost {
             idempotency_key: self.idempotency_key.clone(),
             legs,
             effective_at: self.effective_at,
             memo: self.memo.clone(),
             metadata: self.metadata.clone(),
+            hold,
             fingerprint,
         })
     }
+}
+
+/// The codes and directions of requested legs are well formed; the distinct codes, in order.
+pub fn leg_codes(legs: &[LegRequest]) -> Result<Vec<String>, LedgerError> {
+    let mut codes = Vec::new();
+    for (i, leg) in legs.iter().enumerate() {
+        validate_code(&leg.account).map_err(|e| LedgerError {
+            message: format!("leg {i}: {}", e.message),
+            ..e.with("field", format!("legs[{i}].account"))
+        })?;
+        if leg.direction.is_none() {
+            return Err(LedgerError::new(
+                Reason::InvalidField,
+                format!("leg {i}: direction must be DIRECTION_DEBIT or DIRECTION_CREDIT"),
+            )
+            .with("field", format!("legs[{i}].direction")));
+        }
+        if !codes.contains(&leg.account) {
+            codes.push(leg.account.clone());
+        }
+    }
+    Ok(codes)
+}
+
+/// Resolves requested legs against their accounts (looked up by the caller), parsing each
+/// amount at its account's scale.
+pub fn resolve_legs(
+    legs: &[LegRequest],
+    accounts: &HashMap<String, Account>,
+) -> Result<Vec<Leg>, LedgerError> {
+    let mut out = Vec::with_capacity(legs.len());
+    for (i, leg) in legs.iter().enumerate() {
+        let account = accounts.get(&leg.account).ok_or_else(|| {
+            LedgerError::new(
+                Reason::AccountNotFound,
+                format!("leg {i}: account {:?} does not exist", leg.account),
+            )
+            .with("account", &leg.account)
+            .with("field", format!("legs[{i}].account"))
+        })?;
+        let amount = Amount::parse_positive(&leg.amount, account.scale).map_err(|e| {
+            let reason = match e {
+                AmountError::TooManyDecimals { .. } => Reason::AmountScale,
+                _ => Reason::InvalidAmount,
+            };
+            let err = LedgerError::new(
+                reason,
+                format!(
+                    "leg {i}: amount {:?} for account {:?} {e}",
+                    truncate_for_message(&leg.amount),
+                    leg.account
+                ),
+            )
+            .with("account", &leg.account)
+            .with("field", format!("legs[{i}].amount"));
+            match e {
+                AmountError::TooLarge => err.with("limit", "MAX_AMOUNT_DIGITS"),
+                _ => err,
+            }
+        })?;
+        out.push(Leg {
+            account_id: account.id,
+            account_code: account.code.clone(),
+            currency: account.currency.clone(),
+            direction: leg.direction.expect("checked by check_shape"),
+            amount,
+        });
+    }
+    Ok(out)
 }
 
 /// Debits equal credits for every currency of the posting.
@@ -360,6 +393,7 @@ pub fn post_fingerprint(
     effective_at: Option<OffsetDateTime>,
     memo: &str,
     metadata: &Metadata,
+    hold: Option<super::hold::HoldTerms>,
 ) -> Fingerprint {
     let mut c = Canon::new("post/v1");
     c.field(&(legs.len() as u64).to_be_bytes());
@@ -379,6 +413,27 @@ pub fn post_fingerprint(
         c.field(k.as_bytes());
         c.field(v.as_bytes());
     }
+    // Only a hold adds to the canonical bytes, so postings keep the fingerprints their keys
+    // were decided with.
+    if let Some(h) = hold {
+        c.field(b"hold");
+        c.time(h.expires_at);
+    }
+    c.finish()
+}
+
+/// The fingerprint of a capture: the hold, the legs it captures (resolved, so "the whole
+/// hold" and the hold's legs written out mean the same), effective time, memo, metadata.
+pub fn capture_fingerprint(
+    hold: Uuid,
+    legs: &[Leg],
+    effective_at: Option<OffsetDateTime>,
+    memo: &str,
+    metadata: &Metadata,
+) -> Fingerprint {
+    let mut c = Canon::new("capture/v1");
+    c.field(hold.as_bytes());
+    c.field(&post_fingerprint(legs, effective_at, memo, metadata, None));
     c.finish()
 }
 
@@ -441,6 +496,8 @@ mod tests {
             effective_at: None,
             memo: String::new(),
             metadata: Metadata::new(),
+            hold: false,
+            hold_expires_at: None,
         }
     }
 

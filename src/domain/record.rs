@@ -34,6 +34,72 @@ pub struct Posting {
     pub voids_posting_id: Option<Uuid>,
     pub voided_by_posting_id: Option<Uuid>,
     pub void_reason: Option<String>,
+    /// Set on a hold: its legs are held, not moved.
+    pub hold: Option<HoldState>,
+    /// Set on a posting that closes a hold: which, and how.
+    pub closes: Option<Closes>,
+}
+
+/// How a posting closes a hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CloseKind {
+    /// A capture: moves the captured amounts, releases the rest.
+    Capture,
+    /// A void of the hold: releases it, moves nothing.
+    Release,
+    /// The ledger's own release at the hold's expiry time.
+    Expire,
+}
+
+impl CloseKind {
+    /// As stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CloseKind::Capture => "capture",
+            CloseKind::Release => "release",
+            CloseKind::Expire => "expire",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<CloseKind> {
+        [CloseKind::Capture, CloseKind::Release, CloseKind::Expire]
+            .into_iter()
+            .find(|k| k.as_str() == s)
+    }
+}
+
+/// The hold a posting closes, and how.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Closes {
+    pub hold: Uuid,
+    pub kind: CloseKind,
+}
+
+/// A hold's own facts: its expiry and, once closed, the posting that closed it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct HoldState {
+    pub expires_at: Option<OffsetDateTime>,
+    pub closed_by: Option<(Uuid, CloseKind)>,
+}
+
+/// A hold's state, as the contract names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HoldStatus {
+    Pending,
+    Captured,
+    Released,
+    Expired,
+}
+
+impl HoldState {
+    pub fn status(&self) -> HoldStatus {
+        match self.closed_by {
+            None => HoldStatus::Pending,
+            Some((_, CloseKind::Capture)) => HoldStatus::Captured,
+            Some((_, CloseKind::Release)) => HoldStatus::Released,
+            Some((_, CloseKind::Expire)) => HoldStatus::Expired,
+        }
+    }
 }
 
 impl Posting {
@@ -54,7 +120,18 @@ impl Posting {
         if let Some(leg) = self.legs.iter().find(|l| l.amount.minor() <= 0) {
             return Err(format!("a leg of {}", leg.amount));
         }
-        Ok(())
+        if self.hold.is_some() && (self.voids_posting_id.is_some() || self.closes.is_some()) {
+            return Err("a hold that is a void or closes a hold".into());
+        }
+        match self.closes {
+            Some(c) if c.kind == CloseKind::Release && self.voids_posting_id != Some(c.hold) => {
+                Err("a release of a hold that is not its void".into())
+            }
+            Some(c) if c.kind != CloseKind::Release && self.voids_posting_id.is_some() => {
+                Err("a capture or expiry that is a void".into())
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Asserts the invariants before the writer records the posting: breaking one there is
@@ -91,6 +168,11 @@ pub struct Balance {
     pub debits: i128,
     pub credits: i128,
     pub balance: i128,
+    /// Sums of the legs of the holds open at the cut-off.
+    pub held_debits: i128,
+    pub held_credits: i128,
+    /// The balance less what the open holds would take from it.
+    pub available: i128,
     pub as_of: AppliedAsOf,
 }
 
@@ -114,6 +196,8 @@ pub struct CurrencyTotal {
     pub scale: u8,
     pub debits: i128,
     pub credits: i128,
+    pub held_debits: i128,
+    pub held_credits: i128,
 }
 
 /// The answer to a write: the posting, and whether it was decided by an earlier request.

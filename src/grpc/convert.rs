@@ -3,8 +3,11 @@
 use super::pb;
 use crate::domain::account::Metadata;
 use crate::domain::amount::format_minor;
+use crate::domain::hold::CaptureRequest;
 use crate::domain::posting::{LegRequest, PostRequest, VoidRequest};
-use crate::domain::record::{AppliedAsOf, AsOf, Balance, CurrencyTotal, Entry, Posting};
+use crate::domain::record::{
+    AppliedAsOf, AsOf, Balance, CloseKind, CurrencyTotal, Entry, HoldStatus, Posting,
+};
 use crate::domain::{Account, Direction, LedgerError, NormalBalance, Reason};
 use prost_types::Timestamp;
 use time::OffsetDateTime;
@@ -99,19 +102,35 @@ pub fn account_to_pb(a: &Account) -> pb::Account {
     }
 }
 
+fn legs_from_pb(legs: Vec<pb::Leg>) -> Vec<LegRequest> {
+    legs.into_iter()
+        .map(|l| LegRequest {
+            account: l.account,
+            direction: direction_from_pb(l.direction),
+            amount: l.amount,
+        })
+        .collect()
+}
+
 /// A `Post` request in domain terms.
 pub fn post_from_pb(r: pb::PostRequest) -> Result<PostRequest, LedgerError> {
     Ok(PostRequest {
         idempotency_key: r.idempotency_key,
-        legs: r
-            .legs
-            .into_iter()
-            .map(|l| LegRequest {
-                account: l.account,
-                direction: direction_from_pb(l.direction),
-                amount: l.amount,
-            })
-            .collect(),
+        legs: legs_from_pb(r.legs),
+        effective_at: opt_time("effective_at", r.effective_at.as_ref())?,
+        memo: r.memo,
+        metadata: metadata(r.metadata),
+        hold: r.hold,
+        hold_expires_at: opt_time("hold_expires_at", r.hold_expires_at.as_ref())?,
+    })
+}
+
+/// A `Capture` request in domain terms.
+pub fn capture_from_pb(r: pb::CaptureRequest) -> Result<CaptureRequest, LedgerError> {
+    Ok(CaptureRequest {
+        idempotency_key: r.idempotency_key,
+        hold_posting_id: r.hold_posting_id,
+        legs: legs_from_pb(r.legs),
         effective_at: opt_time("effective_at", r.effective_at.as_ref())?,
         memo: r.memo,
         metadata: metadata(r.metadata),
@@ -157,7 +176,38 @@ pub fn posting_to_pb(p: &Posting) -> pb::Posting {
             .unwrap_or_default(),
         void_reason: p.void_reason.clone().unwrap_or_default(),
         caller: p.caller.clone(),
+        hold: p.hold.is_some(),
+        hold_expires_at: p.hold.and_then(|h| h.expires_at).map(time_to_pb),
+        hold_status: p
+            .hold
+            .map_or(pb::HoldStatus::Unspecified, |h| status_to_pb(h.status()))
+            as i32,
+        captured_by_posting_id: closed_by(p, |k| k == CloseKind::Capture),
+        released_by_posting_id: closed_by(p, |k| k != CloseKind::Capture),
+        captures_hold_posting_id: p
+            .closes
+            .filter(|c| c.kind == CloseKind::Capture)
+            .map(|c| c.hold.to_string())
+            .unwrap_or_default(),
     }
+}
+
+fn status_to_pb(s: HoldStatus) -> pb::HoldStatus {
+    match s {
+        HoldStatus::Pending => pb::HoldStatus::Pending,
+        HoldStatus::Captured => pb::HoldStatus::Captured,
+        HoldStatus::Released => pb::HoldStatus::Released,
+        HoldStatus::Expired => pb::HoldStatus::Expired,
+    }
+}
+
+/// The posting that closed a hold, when it closed it in a way `kind` accepts.
+fn closed_by(p: &Posting, kind: impl Fn(CloseKind) -> bool) -> String {
+    p.hold
+        .and_then(|h| h.closed_by)
+        .filter(|(_, k)| kind(*k))
+        .map(|(by, _)| by.to_string())
+        .unwrap_or_default()
 }
 
 /// A requested cut-off.
@@ -184,6 +234,9 @@ pub fn balance_to_pb(b: &Balance) -> pb::Balance {
         debits: format_minor(b.debits, b.scale),
         credits: format_minor(b.credits, b.scale),
         balance: format_minor(b.balance, b.scale),
+        held_debits: format_minor(b.held_debits, b.scale),
+        held_credits: format_minor(b.held_credits, b.scale),
+        available: format_minor(b.available, b.scale),
         as_of_sequence: b.as_of.sequence,
         as_of: Some(applied_to_pb(&b.as_of)),
     }
@@ -195,6 +248,8 @@ pub fn total_to_pb(t: &CurrencyTotal) -> pb::CurrencyTotal {
         currency: t.currency.clone(),
         debits: format_minor(t.debits, t.scale),
         credits: format_minor(t.credits, t.scale),
+        held_debits: format_minor(t.held_debits, t.scale),
+        held_credits: format_minor(t.held_credits, t.scale),
     }
 }
 
@@ -216,7 +271,7 @@ mod tests {
     use super::*;
     use crate::domain::amount::Amount;
     use crate::domain::page::WireSize;
-    use crate::domain::record::PostedLeg;
+    use crate::domain::record::{Closes, HoldState, PostedLeg};
     use proptest::prelude::*;
 
     fn text(max: usize) -> impl Strategy<Value = String> {
@@ -270,6 +325,14 @@ mod tests {
                     voids_posting_id: Some(uuid::Uuid::now_v7()),
                     voided_by_posting_id: Some(uuid::Uuid::now_v7()),
                     void_reason: Some(reason),
+                    hold: Some(HoldState {
+                        expires_at: Some(t),
+                        closed_by: Some((uuid::Uuid::now_v7(), CloseKind::Release)),
+                    }),
+                    closes: Some(Closes {
+                        hold: uuid::Uuid::now_v7(),
+                        kind: CloseKind::Capture,
+                    }),
                 },
             )
     }
@@ -286,9 +349,9 @@ mod tests {
             let account = Account { id: 1, code: code.clone(), currency: currency.clone(), scale: 18, normal_balance: NormalBalance::Credit, allow_negative: true, metadata: m, created_at: t };
             prop_assert!(framed(account_to_pb(&account).encoded_len()) <= account.wire_size());
             let at = AppliedAsOf { recorded_at: t, effective_at: t, sequence: u64::MAX };
-            let b = Balance { account: code, currency: currency.clone(), scale: 18, debits: i128::MAX, credits: i128::MIN, balance: i128::MIN, as_of: at };
+            let b = Balance { account: code, currency: currency.clone(), scale: 18, debits: i128::MAX, credits: i128::MIN, balance: i128::MIN, held_debits: i128::MIN, held_credits: i128::MIN, available: i128::MIN, as_of: at };
             prop_assert!(framed(balance_to_pb(&b).encoded_len()) <= b.wire_size());
-            let total = CurrencyTotal { currency, scale: 18, debits: i128::MIN, credits: i128::MIN };
+            let total = CurrencyTotal { currency, scale: 18, debits: i128::MIN, credits: i128::MIN, held_debits: i128::MIN, held_credits: i128::MIN };
             prop_assert!(framed(total_to_pb(&total).encoded_len()) <= total.wire_size());
             let e = Entry { posting_id: p.posting_id, sequence: u64::MAX, recorded_at: t, effective_at: t, direction: Direction::Credit, amount: a, balance_after: i128::MIN };
             prop_assert!(framed(entry_to_pb(&e).encoded_len()) <= e.wire_size());

@@ -110,18 +110,38 @@ impl ledger_server::Ledger for LedgerGrpc {
         }))
     }
 
+    async fn capture(&self, req: Request<pb::CaptureRequest>) -> Reply<pb::CaptureResponse> {
+        let caller = caller(&req);
+        let result = async {
+            let r = capture_from_pb(req.into_inner())?;
+            self.ledger.capture(&caller, r).await
+        }
+        .await;
+        reply(result.map(|d| pb::CaptureResponse {
+            posting: Some(posting_to_pb(&d.posting)),
+            replayed: d.replayed,
+        }))
+    }
+
     async fn get_posting(&self, req: Request<pb::GetPostingRequest>) -> Reply<pb::Posting> {
         let caller = caller(&req);
-        let result = match req.into_inner().by {
-            Some(pb::get_posting_request::By::PostingId(id)) => self.ledger.get_posting(&id).await,
-            Some(pb::get_posting_request::By::IdempotencyKey(k)) => {
-                self.ledger.get_posting_by_key(&caller, &k).await
+        let r = req.into_inner();
+        let result = async {
+            let as_of = as_of_from_pb(r.as_of)?;
+            match r.by {
+                Some(pb::get_posting_request::By::PostingId(id)) => {
+                    self.ledger.get_posting(&id, as_of).await
+                }
+                Some(pb::get_posting_request::By::IdempotencyKey(k)) => {
+                    self.ledger.get_posting_by_key(&caller, &k, as_of).await
+                }
+                None => Err(LedgerError::new(
+                    crate::domain::Reason::InvalidField,
+                    "GetPosting needs posting_id or idempotency_key",
+                )),
             }
-            None => Err(LedgerError::new(
-                crate::domain::Reason::InvalidField,
-                "GetPosting needs posting_id or idempotency_key",
-            )),
-        };
+        }
+        .await;
         reply(result.map(|p| posting_to_pb(&p)))
     }
 

@@ -35,8 +35,11 @@
 //! * **Observability.** [`backlog`] gives the pending count and the age of the oldest pending
 //!   event; the active publisher logs it every [`BACKLOG_LOG_INTERVAL`].
 //!
-//! Events carry the posting as it was committed, with `voided_by_posting_id` left empty: a
-//! void is announced by its own event (whose `voids_posting_id` names the voided posting).
+//! Events carry the posting as it was committed, with `voided_by_posting_id` left empty and a
+//! hold pending: a void is announced by its own event (whose `voids_posting_id` names the
+//! voided posting), and so are a hold's capture, release and expiry (whose
+//! `captures_hold_posting_id` or `voids_posting_id` name the hold, or, for an expiry, its key
+//! `expire:<hold>`).
 //!
 //! Failpoints for crash tests: with `LEDGER_FAILPOINT=outbox-before-publish` the process aborts
 //! after loading a batch of pending events, before publishing; with
@@ -123,11 +126,16 @@ pub fn spawn(
 
 /// The event of a posting: the `ledger.v1.PostingEvent` payload, protobuf-encoded.
 ///
-/// `voided_by_posting_id` is always empty: the event describes the posting as committed, and
-/// a later void announces itself with its own event.
+/// `voided_by_posting_id` is always empty and a hold is pending: the event describes the
+/// posting as committed, and a later void, capture, release or expiry announces itself with
+/// its own event.
 pub fn event_payload(p: &Posting) -> Vec<u8> {
-    let mut posting = posting_to_pb(p);
-    posting.voided_by_posting_id.clear();
+    let mut committed = p.clone();
+    committed.voided_by_posting_id = None;
+    if let Some(h) = committed.hold.as_mut() {
+        h.closed_by = None;
+    }
+    let posting = posting_to_pb(&committed);
     prost::Message::encode_to_vec(&pb::PostingEvent {
         posting: Some(posting),
     })
@@ -273,9 +281,9 @@ mod tests {
     }
 
     #[test]
-    fn an_event_leaves_voided_by_empty_and_keeps_everything_else() {
+    fn an_event_shows_the_posting_as_committed_not_voided_and_its_hold_pending() {
         use crate::domain::amount::Amount;
-        use crate::domain::record::PostedLeg;
+        use crate::domain::record::{CloseKind, HoldState, PostedLeg};
         use crate::domain::Direction;
         let t = time::macros::datetime!(2026-11-30 12:00 UTC);
         let p = Posting {
@@ -302,12 +310,19 @@ mod tests {
             voids_posting_id: None,
             voided_by_posting_id: Some(uuid::Uuid::now_v7()),
             void_reason: None,
+            hold: Some(HoldState {
+                expires_at: Some(t),
+                closed_by: Some((uuid::Uuid::now_v7(), CloseKind::Capture)),
+            }),
+            closes: None,
         };
         let ev: pb::PostingEvent = prost::Message::decode(event_payload(&p).as_slice()).unwrap();
         let got = ev.posting.unwrap();
         let mut want = posting_to_pb(&p);
-        assert!(!want.voided_by_posting_id.is_empty());
+        assert!(!want.voided_by_posting_id.is_empty() && !want.captured_by_posting_id.is_empty());
         want.voided_by_posting_id.clear();
+        want.captured_by_posting_id.clear();
+        want.hold_status = pb::HoldStatus::Pending as i32;
         assert_eq!(got, want);
     }
 }

@@ -148,26 +148,36 @@ fn read_at(r: &mut Reader) -> Result<AppliedAsOf, LedgerError> {
 /// A trial balance's totals, carried by its page token when there are few enough currencies.
 fn write_totals(w: &mut Writer, totals: &[CurrencyTotal]) {
     let carried = totals.len() <= MAX_TOKEN_TOTALS;
-    w.int(i128::from(carried));
+    w.int(if carried { TOTALS_WITH_HELD } else { 0 });
     if carried {
         w.int(totals.len() as i128);
         for t in totals {
             w.text(&t.currency)
                 .int(i128::from(t.scale))
                 .int(t.debits)
-                .int(t.credits);
+                .int(t.credits)
+                .int(t.held_debits)
+                .int(t.held_credits);
         }
     }
 }
 
+/// How a token marks its carried totals: 1, money only (tokens of servers before holds, whose
+/// cut-offs precede every hold); 2, with the held amounts.
+const TOTALS_WITH_HELD: i128 = 2;
+
 fn read_totals(r: &mut Reader) -> Result<Option<Vec<CurrencyTotal>>, LedgerError> {
-    if r.int()? == 0 {
-        return Ok(None);
-    }
+    let held = match r.int()? {
+        0 => return Ok(None),
+        1 => false,
+        TOTALS_WITH_HELD => true,
+        _ => return Err(invalid_token("totals")),
+    };
     let n: usize = r.int_as()?;
     if n > MAX_TOKEN_TOTALS {
         return Err(invalid_token("totals"));
     }
+    let held_int = |r: &mut Reader| if held { r.int() } else { Ok(0) };
     (0..n)
         .map(|_| {
             Ok(CurrencyTotal {
@@ -175,6 +185,8 @@ fn read_totals(r: &mut Reader) -> Result<Option<Vec<CurrencyTotal>>, LedgerError
                 scale: r.int_as()?,
                 debits: r.int()?,
                 credits: r.int()?,
+                held_debits: held_int(r)?,
+                held_credits: held_int(r)?,
             })
         })
         .collect::<Result<Vec<_>, LedgerError>>()
@@ -369,7 +381,7 @@ async fn trial_totals(
     prefix: &str,
     at: &AppliedAsOf,
 ) -> Result<Vec<CurrencyTotal>, LedgerError> {
-    let mut totals: BTreeMap<(String, u8), (i128, i128)> = BTreeMap::new();
+    let mut totals: BTreeMap<(String, u8), [i128; 4]> = BTreeMap::new();
     let mut cursor: Option<String> = None;
     loop {
         let chunk = storage::read::accounts_with_legs(
@@ -388,8 +400,10 @@ async fn trial_totals(
             .map_err(unavailable)?
         {
             let t = totals.entry((b.currency.clone(), b.scale)).or_default();
-            t.0 += b.debits;
-            t.1 += b.credits;
+            t[0] += b.debits;
+            t[1] += b.credits;
+            t[2] += b.held_debits;
+            t[3] += b.held_credits;
         }
         if totals.len() > MAX_TRIAL_BALANCE_CURRENCIES {
             return Err(LedgerError::limit(
@@ -402,11 +416,15 @@ async fn trial_totals(
     }
     Ok(totals
         .into_iter()
-        .map(|((currency, scale), (debits, credits))| CurrencyTotal {
-            currency,
-            scale,
-            debits,
-            credits,
-        })
+        .map(
+            |((currency, scale), [debits, credits, held_debits, held_credits])| CurrencyTotal {
+                currency,
+                scale,
+                debits,
+                credits,
+                held_debits,
+                held_credits,
+            },
+        )
         .collect())
 }

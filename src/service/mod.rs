@@ -2,16 +2,18 @@
 //! writer, reads at cut-offs, and the paged List* reads ([`lists`]). The gRPC adapter calls
 //! these and only converts.
 
+pub mod expiry;
 pub mod lists;
 
 use crate::domain::account::AccountCache;
 use crate::domain::account::{validate_code, Metadata};
 use crate::domain::amount::format_minor;
+use crate::domain::hold::CaptureRequest;
 use crate::domain::limits::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
 use crate::domain::posting::{
     parse_posting_id, validate_idempotency_key, PostRequest, VoidRequest,
 };
-use crate::domain::record::{AppliedAsOf, AsOf, Balance, Decided, Posting};
+use crate::domain::record::{rfc3339, AppliedAsOf, AsOf, Balance, Decided, Posting};
 use crate::domain::write::Command;
 use crate::domain::{Account, LedgerError, NewAccount, NormalBalance, Reason};
 use crate::storage::{self, accounts::Created, Pool, StorageError};
@@ -180,26 +182,28 @@ impl Ledger {
     /// Records the compensating posting of an earlier one.
     pub async fn void(&self, caller: &str, req: VoidRequest) -> Result<Decided, LedgerError> {
         let valid = req.validate()?;
-        let client = self.client().await?;
-        let exists = storage::read::posting_by_id(&client, valid.target)
-            .await
-            .map_err(unavailable)?;
-        drop(client);
-        if exists.is_none() {
-            return Err(LedgerError::new(
-                Reason::PostingNotFound,
-                format!("posting {} does not exist", valid.target),
-            )
-            .with("posting_id", valid.target));
-        }
+        self.posting(valid.target).await?;
         self.writer
             .submit(caller.to_owned(), Command::Void(valid))
             .await
     }
 
-    /// A posting by id.
-    pub async fn get_posting(&self, posting_id: &str) -> Result<Posting, LedgerError> {
-        let id = parse_posting_id(posting_id)?;
+    /// Captures a hold: moves all of it or less, releases the rest, closes it.
+    pub async fn capture(&self, caller: &str, req: CaptureRequest) -> Result<Decided, LedgerError> {
+        let (hold_id, mut codes) = req.check_shape()?;
+        let hold = self.posting(hold_id).await?;
+        codes.extend(hold.legs.iter().map(|l| l.account.clone()));
+        codes.sort_unstable();
+        codes.dedup();
+        let accounts = self.accounts(&codes).await?;
+        let valid = req.validate(&hold, &accounts)?;
+        self.writer
+            .submit(caller.to_owned(), Command::Capture(valid))
+            .await
+    }
+
+    /// A posting by id, as it is now.
+    async fn posting(&self, id: uuid::Uuid) -> Result<Posting, LedgerError> {
         let client = self.client().await?;
         storage::read::posting_by_id(&client, id)
             .await
@@ -213,19 +217,55 @@ impl Ledger {
             })
     }
 
+    /// A posting by id, at a cut-off.
+    pub async fn get_posting(&self, posting_id: &str, as_of: AsOf) -> Result<Posting, LedgerError> {
+        let id = parse_posting_id(posting_id)?;
+        let p = self.posting(id).await?;
+        self.at_cut_off(p, as_of).await
+    }
+
+    /// `p` as the journal showed it at the cut-off (its void, the state of a hold): none
+    /// asked, as it is now; recorded after the cut-off, not found.
+    async fn at_cut_off(&self, p: Posting, as_of: AsOf) -> Result<Posting, LedgerError> {
+        if as_of == AsOf::default() {
+            return Ok(p);
+        }
+        let at = self.resolve(as_of).await?;
+        if p.sequence > at.sequence {
+            return Err(LedgerError::new(
+                Reason::PostingNotFound,
+                format!(
+                    "posting {} was recorded at {}, after the cut-off (recorded {}, sequence {})",
+                    p.posting_id,
+                    rfc3339(p.recorded_at),
+                    rfc3339(at.recorded_at),
+                    at.sequence
+                ),
+            )
+            .with("posting_id", p.posting_id));
+        }
+        let client = self.client().await?;
+        let mut then = storage::read::postings_at(&client, &[p.sequence as i64], Some(&at))
+            .await
+            .map_err(unavailable)?;
+        Ok(then.pop().expect("the posting exists"))
+    }
+
     /// A posting by the caller's idempotency key (a key decided as a rejection answers with it).
     pub async fn get_posting_by_key(
         &self,
         caller: &str,
         key: &str,
+        as_of: AsOf,
     ) -> Result<Posting, LedgerError> {
         validate_idempotency_key(key)?;
         let client = self.client().await?;
-        match storage::read::posting_by_key(&client, caller, key)
+        let found = storage::read::posting_by_key(&client, caller, key)
             .await
-            .map_err(unavailable)?
-        {
-            Some(Ok(p)) => Ok(p),
+            .map_err(unavailable)?;
+        drop(client);
+        match found {
+            Some(Ok(p)) => self.at_cut_off(p, as_of).await,
             Some(Err(rejected)) => Err(LedgerError::new(
                 Reason::PostingNotFound,
                 format!("idempotency key {key:?} made no posting: it was rejected with {rejected}"),

@@ -41,6 +41,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0009_rejection_facts",
         include_str!("../../migrations/0009_rejection_facts.sql"),
     ),
+    (
+        "0010_holds",
+        include_str!("../../migrations/0010_holds.sql"),
+    ),
 ];
 
 /// Applies every migration not yet applied. Safe to run from several processes at once.

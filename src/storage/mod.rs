@@ -5,6 +5,7 @@ pub mod accounts;
 pub mod batch;
 pub mod check;
 pub mod fixture;
+pub mod holds;
 pub mod migrate;
 pub mod outbox;
 pub mod read;

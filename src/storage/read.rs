@@ -3,8 +3,10 @@
 use super::accounts::{account_from_row, metadata_from_json, ACCOUNT_COLUMNS};
 use super::{StorageError, LEDGER_WRITE_LOCK};
 use crate::domain::amount::{parse_stored, Amount};
-use crate::domain::engine::balance_of;
-use crate::domain::record::{rfc3339, AppliedAsOf, AsOf, Balance, Entry, PostedLeg, Posting};
+use crate::domain::engine::{available_of, balance_of};
+use crate::domain::record::{
+    rfc3339, AppliedAsOf, AsOf, Balance, CloseKind, Closes, Entry, HoldState, PostedLeg, Posting,
+};
 use crate::domain::{Account, Direction, LedgerError, Reason};
 use deadpool_postgres::GenericClient;
 use time::OffsetDateTime;
@@ -27,31 +29,60 @@ pub(crate) fn direction_from_sql(c: i8) -> Option<Direction> {
 }
 
 const POSTING_COLUMNS: &str = "p.sequence, p.posting_id, p.caller, p.idempotency_key, p.effective_at,
-     p.recorded_at, p.memo, p.metadata, p.voids_posting_id, p.void_reason, v.posting_id AS voided_by";
+     p.recorded_at, p.memo, p.metadata, p.voids_posting_id, p.void_reason, v.posting_id AS voided_by,
+     p.hold, p.hold_expires_at, p.closes_hold_posting_id, p.close_kind,
+     c.posting_id AS closed_by, c.close_kind AS closed_how";
 
-/// Loads postings (with legs and `voided_by`) by sequence, in sequence order. A posting that
-/// breaks an invariant (written behind the ledger's back) is a [`StorageError::Corrupt`]
-/// naming its sequence.
+/// The heads of postings by sequence, with the void and the closing posting of each (those
+/// included by the cut-off: recorded by sequence `$2`, effective by `$3`).
+const HEADS_SQL: &str = "SELECT {COLUMNS} FROM postings p
+     LEFT JOIN postings v ON v.voids_posting_id = p.posting_id AND v.voids_posting_id IS NOT NULL
+                         AND v.sequence <= $2 AND v.effective_at <= $3
+     LEFT JOIN postings c ON c.closes_hold_posting_id = p.posting_id AND c.sequence <= $2 AND c.effective_at <= $3
+     WHERE p.sequence = ANY($1) ORDER BY p.sequence";
+
+/// Every leg of postings by sequence: those that move money (entries) and those that do not
+/// (hold_legs: of holds and releases); a posting's legs are in one of the two.
+const LEGS_SQL: &str = "SELECT l.sequence, l.leg_index, a.code, a.scale, l.direction, l.amount::text AS amount
+     FROM (SELECT sequence, leg_index, account_id, direction, amount FROM entries WHERE sequence = ANY($1)
+           UNION ALL
+           SELECT sequence, leg_index, account_id, direction, amount FROM hold_legs WHERE sequence = ANY($1)) l
+     LEFT JOIN accounts a USING (account_id)
+     ORDER BY l.sequence, l.leg_index";
+
+/// Loads postings (with legs, `voided_by` and a hold's state) by sequence, in sequence order,
+/// as they are now. A posting that breaks an invariant (written behind the ledger's back) is
+/// a [`StorageError::Corrupt`] naming its sequence.
 pub async fn postings_by_sequence(
     client: &impl GenericClient,
     sequences: &[i64],
 ) -> Result<Vec<Posting>, StorageError> {
+    postings_at(client, sequences, None).await
+}
+
+/// Like [`postings_by_sequence`], with the voids and closing postings included by the
+/// cut-off `at` only (none: all of them).
+pub async fn postings_at(
+    client: &impl GenericClient,
+    sequences: &[i64],
+    at: Option<&AppliedAsOf>,
+) -> Result<Vec<Posting>, StorageError> {
     if sequences.is_empty() {
         return Ok(Vec::new());
     }
-    let heads_sql = format!(
-        "SELECT {POSTING_COLUMNS} FROM postings p
-         LEFT JOIN postings v ON v.voids_posting_id = p.posting_id AND v.voids_posting_id IS NOT NULL
-         WHERE p.sequence = ANY($1) ORDER BY p.sequence"
-    );
+    let heads_sql = HEADS_SQL.replace("{COLUMNS}", POSTING_COLUMNS);
+    let (through, effective) = match at {
+        Some(a) => (a.sequence as i64, a.effective_at),
+        None => (
+            i64::MAX,
+            OffsetDateTime::new_utc(time::Date::MAX, time::Time::MIDNIGHT),
+        ),
+    };
+    let head_params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+        [&sequences, &through, &effective];
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&sequences];
-    let heads = client.query(heads_sql.as_str(), &params);
-    let legs = client.query(
-        "SELECT e.sequence, e.leg_index, a.code, a.scale, e.direction, e.amount::text AS amount
-         FROM entries e LEFT JOIN accounts a USING (account_id)
-         WHERE e.sequence = ANY($1) ORDER BY e.sequence, e.leg_index",
-        &params,
-    );
+    let heads = client.query(heads_sql.as_str(), &head_params);
+    let legs = client.query(LEGS_SQL, &params);
     let (heads, legs) = futures_util::future::try_join(heads, legs).await?;
     let mut legs = legs.into_iter().peekable();
     let mut out = Vec::with_capacity(heads.len());
@@ -93,7 +124,38 @@ fn posting_head(h: &tokio_postgres::Row) -> Result<Posting, StorageError> {
         voids_posting_id: h.get("voids_posting_id"),
         voided_by_posting_id: h.get("voided_by"),
         void_reason: h.get("void_reason"),
+        hold: hold_state(h, sequence)?,
+        closes: closes(h, sequence)?,
     })
+}
+
+fn close_kind(text: Option<&str>, sequence: i64) -> Result<Option<CloseKind>, StorageError> {
+    text.map(|k| {
+        CloseKind::parse(k)
+            .ok_or_else(|| StorageError::corrupt_posting(sequence, format!("close kind {k:?}")))
+    })
+    .transpose()
+}
+
+/// A hold's own facts, when the posting is one.
+fn hold_state(h: &tokio_postgres::Row, sequence: i64) -> Result<Option<HoldState>, StorageError> {
+    if !h.get::<_, bool>("hold") {
+        return Ok(None);
+    }
+    let how = close_kind(h.get("closed_how"), sequence)?;
+    let closed_by = h.get::<_, Option<Uuid>>("closed_by").zip(how);
+    Ok(Some(HoldState {
+        expires_at: h.get("hold_expires_at"),
+        closed_by,
+    }))
+}
+
+/// The hold a posting closes, when it closes one.
+fn closes(h: &tokio_postgres::Row, sequence: i64) -> Result<Option<Closes>, StorageError> {
+    let kind = close_kind(h.get("close_kind"), sequence)?;
+    Ok(h.get::<_, Option<Uuid>>("closes_hold_posting_id")
+        .zip(kind)
+        .map(|(hold, kind)| Closes { hold, kind }))
 }
 
 /// The next leg of posting `sequence`, which must be its leg number `expected`.
@@ -361,7 +423,8 @@ const TOTALS_AT: &str = "
                                            ORDER BY recorded_at DESC LIMIT 1), 0)) AS m)
     SELECT a.account_id,
            (coalesce(p.debits_after, 0) + coalesce(x.d, 0))::text AS debits,
-           (coalesce(p.credits_after, 0) + coalesce(x.c, 0))::text AS credits
+           (coalesce(p.credits_after, 0) + coalesce(x.c, 0))::text AS credits,
+           coalesce(h.d, 0)::text AS held_debits, coalesce(h.c, 0)::text AS held_credits
     FROM unnest($3::bigint[]) WITH ORDINALITY AS a(account_id, ord)
     CROSS JOIN bound
     LEFT JOIN LATERAL (
@@ -377,6 +440,13 @@ const TOTALS_AT: &str = "
         WHERE e.account_id = a.account_id AND e.effective_at <> e.recorded_at
           AND tstzrange(least(e.effective_at, e.recorded_at), greatest(e.effective_at, e.recorded_at), '[)') @> $1::timestamptz
           AND e.sequence <= $2) x ON true
+    LEFT JOIN LATERAL (
+        SELECT sum(l.amount) FILTER (WHERE l.direction = 'D') AS d,
+               sum(l.amount) FILTER (WHERE l.direction = 'C') AS c
+        FROM hold_legs l JOIN postings hp ON hp.sequence = l.sequence
+        WHERE l.account_id = a.account_id AND l.sequence <= $2 AND hp.hold AND hp.effective_at <= $1
+          AND NOT EXISTS (SELECT 1 FROM postings c WHERE c.closes_hold_posting_id = hp.posting_id
+                            AND c.sequence <= $2 AND c.effective_at <= $1)) h ON true
     ORDER BY a.ord";
 
 /// Balances of accounts at a cut-off, in the order given. Totals that cannot be (negative,
@@ -407,6 +477,8 @@ pub async fn balances(
             let corrupt = |e: String| StorageError::corrupt_account(&a.code, e);
             let debits = parse_stored(r.get("debits"), a.scale).map_err(corrupt)?;
             let credits = parse_stored(r.get("credits"), a.scale).map_err(corrupt)?;
+            let held_debits = parse_stored(r.get("held_debits"), a.scale).map_err(corrupt)?;
+            let held_credits = parse_stored(r.get("held_credits"), a.scale).map_err(corrupt)?;
             if debits < 0 || credits < 0 {
                 return Err(corrupt(format!(
                     "its legs sum to negative totals at {at:?}"
@@ -419,6 +491,15 @@ pub async fn balances(
                 debits,
                 credits,
                 balance: balance_of(a.normal_balance, debits, credits),
+                held_debits,
+                held_credits,
+                available: available_of(
+                    a.normal_balance,
+                    debits,
+                    credits,
+                    held_debits,
+                    held_credits,
+                ),
                 as_of: *at,
             })
         })
@@ -442,7 +523,8 @@ pub async fn accounts_with_legs(
             &format!(
                 "SELECT {ACCOUNT_COLUMNS} FROM accounts a
                  WHERE starts_with(a.code, $1) AND ($2::text IS NULL OR a.code > $2)
-                   AND EXISTS (SELECT 1 FROM entries e WHERE e.account_id = a.account_id AND e.sequence <= $3)
+                   AND (EXISTS (SELECT 1 FROM entries e WHERE e.account_id = a.account_id AND e.sequence <= $3)
+                        OR EXISTS (SELECT 1 FROM hold_legs l WHERE l.account_id = a.account_id AND l.sequence <= $3))
                  ORDER BY a.code LIMIT $4"
             ),
             &[&prefix, &after, &through, &limit],

@@ -195,6 +195,7 @@ impl Plan {
             effective_at: None,
             memo: String::new(),
             metadata: Default::default(),
+            ..Default::default()
         }
     }
 }
@@ -269,6 +270,7 @@ async fn setup(args: &BenchArgs, channels: &[RawClient]) -> Result<(Plan, u64), 
             effective_at: None,
             memo: "bench funding".into(),
             metadata: Default::default(),
+            ..Default::default()
         };
         tasks.push(tokio::spawn(async move {
             let r = client.post(req).await;

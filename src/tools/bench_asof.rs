@@ -279,6 +279,7 @@ async fn post_rate(endpoint: &str, args: &BenchAsOfArgs, round: u64) -> Result<f
                         effective_at,
                         memo: String::new(),
                         metadata: Default::default(),
+                        ..Default::default()
                     })
                     .await?;
                 n += 1;

@@ -228,6 +228,7 @@ fn post_from_json(v: &Value) -> Result<pb::PostRequest, ToolError> {
         effective_at,
         memo: text(field("memo", "memo")),
         metadata,
+        ..Default::default()
     })
 }
 
@@ -400,7 +401,9 @@ pub async fn void(a: VoidArgs) -> Result<(), ToolError> {
         (Some(id), None) => id,
         (None, Some(k)) => {
             let by = Some(pb::get_posting_request::By::IdempotencyKey(k));
-            let p = client.get_posting(pb::GetPostingRequest { by }).await?;
+            let p = client
+                .get_posting(pb::GetPostingRequest { by, as_of: None })
+                .await?;
             p.into_inner().posting_id
         }
         _ => {
@@ -445,7 +448,10 @@ pub async fn posting(cmd: PostingCommand) -> Result<(), ToolError> {
         .client
         .connect()
         .await?
-        .get_posting(pb::GetPostingRequest { by: Some(by) })
+        .get_posting(pb::GetPostingRequest {
+            by: Some(by),
+            as_of: None,
+        })
         .await?
         .into_inner();
     print(common.format, &output::posting_json(&p))

@@ -221,6 +221,7 @@ async fn the_same_key_from_two_callers_makes_two_postings_each_recording_its_cal
                 by: Some(pb::get_posting_request::By::IdempotencyKey(
                     "same-key".into(),
                 )),
+                as_of: None,
             },
             token,
         )

@@ -96,6 +96,7 @@ async fn reads_of_a_corrupt_posting_answer_data_loss_and_everything_else_keeps_s
         .client
         .get_posting(pb::GetPostingRequest {
             by: Some(pb::get_posting_request::By::PostingId(id.to_string())),
+            as_of: None,
         })
         .await
         .unwrap_err();
@@ -106,6 +107,7 @@ async fn reads_of_a_corrupt_posting_answer_data_loss_and_everything_else_keeps_s
             by: Some(pb::get_posting_request::By::IdempotencyKey(
                 "intruded".into(),
             )),
+            as_of: None,
         })
         .await
         .unwrap_err();
@@ -126,6 +128,7 @@ async fn reads_of_a_corrupt_posting_answer_data_loss_and_everything_else_keeps_s
         .client
         .get_posting(pb::GetPostingRequest {
             by: Some(pb::get_posting_request::By::PostingId(good.posting_id)),
+            as_of: None,
         })
         .await
         .unwrap()
@@ -220,6 +223,8 @@ async fn mixed_batch(
             effective_at: None,
             memo: String::new(),
             metadata: Default::default(),
+            hold: false,
+            hold_expires_at: None,
         };
         out.push(WriteRequest {
             caller: "anonymous".into(),

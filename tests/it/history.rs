@@ -347,6 +347,7 @@ pub async fn run_history(seed: u64, clients: usize, ops_per_client: usize) -> St
                     .client
                     .get_posting(pb::GetPostingRequest {
                         by: Some(pb::get_posting_request::By::IdempotencyKey(key.clone())),
+                        as_of: None,
                     })
                     .await;
                 match got {

@@ -255,6 +255,7 @@ async fn every_rpc(t: &TestLedger, f: Fields) -> Vec<(&'static str, Result<(), t
                 effective_at: f.at,
                 memo: f.memo.clone(),
                 metadata: f.metadata.clone(),
+                ..Default::default()
             })
             .await
             .map(drop),
@@ -309,6 +310,7 @@ async fn every_rpc(t: &TestLedger, f: Fields) -> Vec<(&'static str, Result<(), t
                 } else {
                     pb::get_posting_request::By::IdempotencyKey(f.key.clone())
                 }),
+                as_of: None,
             })
             .await
             .map(drop),
@@ -477,6 +479,7 @@ fn random_bytes_through_decoding_and_validation_never_panic() {
         }),
         memo: "m".into(),
         metadata: [("a".to_owned(), "b".to_owned())].into(),
+        ..Default::default()
     }
     .encode_to_vec();
     let mutated =

@@ -205,6 +205,7 @@ async fn keys_are_scoped_to_the_caller() {
         .client
         .get_posting(pb::GetPostingRequest {
             by: Some(pb::get_posting_request::By::IdempotencyKey("k".into())),
+            as_of: None,
         })
         .await
         .unwrap()

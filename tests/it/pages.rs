@@ -106,6 +106,7 @@ async fn postings_of_a_hundred_legs_with_full_memo_and_metadata_page_within_the_
                 effective_at: None,
                 memo: "m".repeat(MAX_MEMO_BYTES),
                 metadata: full_metadata("p"),
+                ..Default::default()
             })
             .await
             .unwrap()

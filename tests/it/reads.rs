@@ -16,6 +16,7 @@ async fn a_posting_reads_back_by_id_and_by_key() {
         .client
         .get_posting(pb::GetPostingRequest {
             by: Some(pb::get_posting_request::By::PostingId(p.posting_id.clone())),
+            as_of: None,
         })
         .await
         .unwrap()
@@ -24,6 +25,7 @@ async fn a_posting_reads_back_by_id_and_by_key() {
         .client
         .get_posting(pb::GetPostingRequest {
             by: Some(pb::get_posting_request::By::IdempotencyKey("key-1".into())),
+            as_of: None,
         })
         .await
         .unwrap()
@@ -36,6 +38,7 @@ async fn a_posting_reads_back_by_id_and_by_key() {
         .client
         .get_posting(pb::GetPostingRequest {
             by: Some(pb::get_posting_request::By::IdempotencyKey("nope".into())),
+            as_of: None,
         })
         .await
         .unwrap_err();

@@ -57,7 +57,7 @@ async fn the_service_cannot_become_the_owner_nor_disable_or_drop_the_journals_tr
         .unwrap()
         .get(0);
     assert_eq!(
-        enabled, 5,
+        enabled, 6,
         "every append-only trigger is still there and enabled"
     );
 }

@@ -35,6 +35,8 @@ async fn valid_transfer(
         effective_at: None,
         memo: String::new(),
         metadata: Metadata::new(),
+        hold: false,
+        hold_expires_at: None,
     };
     let codes = vec![from.to_owned(), to.to_owned()];
     let accounts: HashMap<_, _> = ledger::storage::accounts::get_many(db, &codes)

@@ -211,6 +211,7 @@ fn one_read_call(method: &str, posting_id: &str) -> Vec<u8> {
         .encode_to_vec(),
         "GetPosting" => pb::GetPostingRequest {
             by: Some(pb::get_posting_request::By::PostingId(posting_id.into())),
+            as_of: None,
         }
         .encode_to_vec(),
         "ListPostings" => pb::ListPostingsRequest {

@@ -96,6 +96,8 @@ async fn postings_recorded_before_0008_are_numbered_by_their_own_keys_and_still_
         effective_at: None,
         memo: String::new(),
         metadata: Metadata::new(),
+        hold: false,
+        hold_expires_at: None,
     };
     let codes = vec!["acct:a".to_owned(), "equity:w".to_owned()];
     let pool = ledger::storage::pool(&url, 1).unwrap();

@@ -47,6 +47,7 @@ async fn void_records_a_compensating_posting_and_leaves_the_original_as_it_was()
             by: Some(pb::get_posting_request::By::PostingId(
                 original.posting_id.clone(),
             )),
+            as_of: None,
         })
         .await
         .unwrap()

@@ -1,8 +1,10 @@
 //! Each rule of `decide`, by name, on a hand-made snapshot.
 
 use super::*;
-use crate::domain::account::{Account, NormalBalance};
+use crate::domain::account::{Account, Metadata, NormalBalance};
 use crate::domain::posting::{LegRequest, PostRequest, VoidRequest};
+use crate::domain::record::PostedLeg;
+use time::Duration;
 
 fn t0() -> OffsetDateTime {
     OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap()
@@ -45,6 +47,8 @@ fn post(key: &str, from: &str, to: &str, cents: i128) -> WriteRequest {
         effective_at: None,
         memo: String::new(),
         metadata: Metadata::new(),
+        hold: false,
+        hold_expires_at: None,
     };
     WriteRequest {
         caller: "c".into(),
@@ -87,6 +91,8 @@ fn target(voids: Option<Uuid>, voided_by: Option<Uuid>) -> Posting {
         void_reason: voids.map(|_| "r".into()),
         voids_posting_id: voids,
         voided_by_posting_id: voided_by,
+        hold: None,
+        closes: None,
     }
 }
 
@@ -100,12 +106,14 @@ fn snapshot(requests: &[WriteRequest], a_cents: i128, targets: &[Posting]) -> Sn
                     debits: a_cents,
                     credits: 0,
                     version: 1,
+                    ..Totals::default()
                 }
             } else {
                 Totals {
                     debits: 0,
                     credits: a_cents,
                     version: 1,
+                    ..Totals::default()
                 }
             };
             (
@@ -339,6 +347,8 @@ fn a_posting_is_applied_whole_so_its_legs_on_one_account_net_before_the_rule() {
         effective_at: None,
         memo: String::new(),
         metadata: Metadata::new(),
+        hold: false,
+        hold_expires_at: None,
     };
     let r = WriteRequest {
         caller: "c".into(),

@@ -49,21 +49,25 @@ const STATE_SQL: &str = "SELECT last_sequence, last_recorded_at, clock_timestamp
 
 /// The totals of the accounts named by the batch's posts (ids distinct).
 const TOTALS_SQL: &str =
-    "SELECT t.account_id, t.debits::text AS debits, t.credits::text AS credits, t.version
+    "SELECT t.account_id, t.debits::text AS debits, t.credits::text AS credits, t.version,
+            t.held_debits::text AS held_debits, t.held_credits::text AS held_credits
      FROM unnest($1::bigint[]) AS x(id) JOIN account_totals t ON t.account_id = x.id";
 
 /// The accounts whose rules the cache does not hold yet (sent only when there are any).
 const ACCOUNTS_SQL: &str = "SELECT a.account_id, a.code, a.currency, a.scale, a.normal_balance, a.allow_negative, a.metadata, a.created_at
      FROM unnest($1::bigint[]) AS x(id) JOIN accounts a ON a.account_id = x.id";
 
-/// The accounts of the postings the batch's voids target, with their totals (sent only when
-/// there are voids).
+/// The accounts of the postings the batch's voids, captures and expiries target (their legs
+/// that moved money, or were held), with their totals (sent only when there are targets).
 const TARGET_ACCOUNTS_SQL: &str = "SELECT a.account_id, a.code, a.currency, a.scale, a.normal_balance, a.allow_negative, a.metadata, a.created_at,
-            t.debits::text AS debits, t.credits::text AS credits, t.version
+            t.debits::text AS debits, t.credits::text AS credits, t.version,
+            t.held_debits::text AS held_debits, t.held_credits::text AS held_credits
      FROM accounts a JOIN account_totals t USING (account_id)
      WHERE a.account_id IN (
-        SELECT e.account_id FROM unnest($1::uuid[]) AS x(id)
-        JOIN postings p ON p.posting_id = x.id JOIN entries e USING (sequence))";
+        SELECT l.account_id FROM unnest($1::uuid[]) AS x(id)
+        JOIN postings p ON p.posting_id = x.id
+        JOIN (SELECT sequence, account_id FROM entries UNION ALL SELECT sequence, account_id FROM hold_legs) l
+          ON l.sequence = p.sequence)";
 
 /// The rows of the batch's first round trip.
 struct FirstRows {
@@ -108,10 +112,7 @@ pub async fn load(
     let new_voids: Vec<Uuid> = firsts
         .iter()
         .zip(&claimed)
-        .filter_map(|(&i, c)| match (&requests[i].command, c) {
-            (Command::Void(v), Some(_)) => Some(v.target),
-            _ => None,
-        })
+        .filter_map(|(&i, c)| c.and(requests[i].command.target()))
         .collect();
     let (targets, corrupt_targets) = load_targets(client, &new_voids).await?;
     found.read(&first.accounts, &first.targets, cache);
@@ -132,9 +133,17 @@ fn touched(requests: &[WriteRequest], firsts: &[usize]) -> (Vec<i64>, Vec<Uuid>)
     let mut ids: Vec<i64> = Vec::new();
     let mut voids: Vec<Uuid> = Vec::new();
     for &i in firsts {
-        match &requests[i].command {
-            Command::Post(p) => ids.extend(p.legs.iter().map(|l| l.account_id)),
-            Command::Void(v) => voids.push(v.target),
+        let command = &requests[i].command;
+        match command.target() {
+            Some(target) => voids.push(target),
+            None => {
+                if let Command::Post(p) = command {
+                    ids.extend(p.legs.iter().map(|l| l.account_id));
+                }
+            }
+        }
+        if let Command::Capture(c) = command {
+            ids.extend(c.legs.iter().map(|l| l.account_id));
         }
     }
     ids.sort_unstable();
@@ -462,11 +471,17 @@ fn stored_totals(r: &Row, rule: &Rule) -> Result<Totals, StorageError> {
         debits: parse_stored(r.get("debits"), rule.scale).map_err(corrupt)?,
         credits: parse_stored(r.get("credits"), rule.scale).map_err(corrupt)?,
         version: r.get("version"),
+        held_debits: parse_stored(r.get("held_debits"), rule.scale).map_err(corrupt)?,
+        held_credits: parse_stored(r.get("held_credits"), rule.scale).map_err(corrupt)?,
     };
-    if t.debits < 0 || t.credits < 0 || t.version < 0 {
+    if [t.debits, t.credits, t.held_debits, t.held_credits]
+        .iter()
+        .any(|v| *v < 0)
+        || t.version < 0
+    {
         return Err(corrupt(format!("negative: {t:?}")));
     }
-    if !rule.allow_negative && t.balance(rule.normal_balance) < 0 {
+    if !rule.allow_negative && t.available(rule.normal_balance) < 0 {
         return Err(corrupt(format!(
             "below zero, which the account forbids: {t:?}"
         )));

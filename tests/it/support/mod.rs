@@ -200,6 +200,7 @@ pub fn transfer(key: &str, from: &str, to: &str, amount: &str) -> pb::PostReques
         effective_at: None,
         memo: String::new(),
         metadata: Default::default(),
+        ..Default::default()
     }
 }
 

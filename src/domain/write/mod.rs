@@ -6,18 +6,19 @@
 //! requests into a [`Plan`], and storage writes the plan and commits. Every rule of the
 //! write path lives here: idempotency (replays, keys reused for another request, duplicates
 //! inside a batch), the void rules, the no-negative rule and the totals limit (through the
-//! [`Engine`]), the refusal of requests that touch corrupt rows, and the time stamping
+//! [`Engine`](super::engine::Engine)), the refusal of requests that touch corrupt rows, and the time stamping
 //! (sequence and `recorded_at`). No I/O, no async, no clock read: the clock and the new
 //! posting ids are inputs.
 
-use super::account::{Direction, Metadata};
+use super::account::Direction;
 use super::amount::Amount;
-use super::engine::{Engine, Rule, Totals};
+use super::engine::{Rule, Totals};
 use super::error::{LedgerError, Reason};
-use super::posting::{check_balanced, Fingerprint, Leg, ValidPost, ValidVoid};
-use super::record::{Decided, PostedLeg, Posting};
+use super::hold::{expiry_key, ValidCapture, LEDGER_CALLER};
+use super::posting::{Fingerprint, ValidPost, ValidVoid};
+use super::record::{CloseKind, Decided, Posting};
 use std::collections::HashMap;
-use time::{Duration, OffsetDateTime};
+use time::OffsetDateTime;
 use uuid::Uuid;
 
 /// What a caller asked the writer to do.
@@ -25,6 +26,39 @@ use uuid::Uuid;
 pub enum Command {
     Post(ValidPost),
     Void(ValidVoid),
+    Capture(ValidCapture),
+    /// The ledger's own release of an expired hold (caller [`LEDGER_CALLER`]).
+    Expire(ValidExpire),
+}
+
+/// The release of an expired hold, as the expiry task asks for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ValidExpire {
+    pub idempotency_key: String,
+    pub hold: Uuid,
+    pub fingerprint: Fingerprint,
+}
+
+impl ValidExpire {
+    /// The release of `hold`, under its own key (`expire:<hold>`).
+    pub fn of(hold: Uuid) -> ValidExpire {
+        let mut fingerprint = [0u8; 32];
+        fingerprint[..16].copy_from_slice(hold.as_bytes());
+        fingerprint[16..].copy_from_slice(b"expire/v1\0\0\0\0\0\0\0");
+        ValidExpire {
+            idempotency_key: expiry_key(hold),
+            hold,
+            fingerprint,
+        }
+    }
+
+    /// The request the expiry task submits.
+    pub fn request(hold: Uuid) -> WriteRequest {
+        WriteRequest {
+            caller: LEDGER_CALLER.to_owned(),
+            command: Command::Expire(ValidExpire::of(hold)),
+        }
+    }
 }
 
 /// The operation a key was decided by (stored with the key).
@@ -32,6 +66,8 @@ pub enum Command {
 pub enum Operation {
     Post,
     Void,
+    Capture,
+    Expire,
 }
 
 impl Operation {
@@ -40,6 +76,8 @@ impl Operation {
         match self {
             Operation::Post => "post",
             Operation::Void => "void",
+            Operation::Capture => "capture",
+            Operation::Expire => "expire",
         }
     }
 
@@ -48,6 +86,8 @@ impl Operation {
         match s {
             "post" => Some(Operation::Post),
             "void" => Some(Operation::Void),
+            "capture" => Some(Operation::Capture),
+            "expire" => Some(Operation::Expire),
             _ => None,
         }
     }
@@ -59,6 +99,8 @@ impl Command {
         match self {
             Command::Post(p) => &p.idempotency_key,
             Command::Void(v) => &v.idempotency_key,
+            Command::Capture(c) => &c.idempotency_key,
+            Command::Expire(x) => &x.idempotency_key,
         }
     }
 
@@ -66,6 +108,8 @@ impl Command {
         match self {
             Command::Post(_) => Operation::Post,
             Command::Void(_) => Operation::Void,
+            Command::Capture(_) => Operation::Capture,
+            Command::Expire(_) => Operation::Expire,
         }
     }
 
@@ -74,6 +118,19 @@ impl Command {
         match self {
             Command::Post(p) => &p.fingerprint,
             Command::Void(v) => &v.fingerprint,
+            Command::Capture(c) => &c.fingerprint,
+            Command::Expire(x) => &x.fingerprint,
+        }
+    }
+
+    /// The posting this request acts on, if any: a void's target, a capture's or an
+    /// expiry's hold.
+    pub fn target(&self) -> Option<Uuid> {
+        match self {
+            Command::Post(_) => None,
+            Command::Void(v) => Some(v.target),
+            Command::Capture(c) => Some(c.hold),
+            Command::Expire(x) => Some(x.hold),
         }
     }
 }
@@ -155,7 +212,7 @@ pub struct Snapshot {
     pub corrupt_targets: HashMap<Uuid, LedgerError>,
 }
 
-/// One leg of a planned posting, with the account's totals after it.
+/// One leg of a planned posting that moves money, with the account's totals after it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlannedLeg {
     pub account_id: i64,
@@ -170,7 +227,12 @@ pub struct PlannedLeg {
 pub struct PlannedPosting {
     pub posting: Posting,
     pub key_id: i64,
+    /// The legs that move money (journal entries), with their effects; empty for a hold or a
+    /// release, whose legs (`posting.legs`) move nothing.
     pub legs: Vec<PlannedLeg>,
+    /// For a posting that moves nothing (a hold, a release), its legs' account ids, in
+    /// order; empty otherwise.
+    pub held_accounts: Vec<i64>,
 }
 
 /// A state-dependent rejection the plan binds to its key.
@@ -235,285 +297,28 @@ impl Plan {
                 last.1
             );
             p.posting.assert_sound();
-            assert_eq!(p.legs.len(), p.posting.legs.len());
+            let moves = p.posting.hold.is_none()
+                && !matches!(p.posting.closes, Some(c) if c.kind != CloseKind::Capture);
+            let want = if moves { p.posting.legs.len() } else { 0 };
+            assert_eq!(
+                p.legs.len(),
+                want,
+                "posting {seq}: the legs that move money"
+            );
+            let held = if moves { 0 } else { p.posting.legs.len() };
+            assert_eq!(
+                p.held_accounts.len(),
+                held,
+                "posting {seq}: the legs that move nothing"
+            );
             last = (seq, at);
         }
     }
 }
 
-/// Refusals of the requests that touch rows breaking an invariant (by request index), which
-/// bind nothing: replays of unreadable decisions, posts on corrupt accounts, voids of corrupt
-/// targets or of targets on corrupt accounts.
-fn corrupt_refusals(
-    s: &Snapshot,
-    requests: &[WriteRequest],
-    firsts: &[usize],
-) -> Vec<(usize, LedgerError)> {
-    let account = |id: &i64| s.corrupt_accounts.get(id);
-    firsts
-        .iter()
-        .zip(&s.keys)
-        .filter_map(|(&i, key)| {
-            let refusal = match (key, &requests[i].command) {
-                (KeyState::Unreadable(e), _) => Some(e),
-                (KeyState::Decided(_), _) => None,
-                (KeyState::Claimed(_), Command::Post(p)) => {
-                    p.legs.iter().find_map(|l| account(&l.account_id))
-                }
-                (KeyState::Claimed(_), Command::Void(v)) => {
-                    s.corrupt_targets.get(&v.target).or_else(|| {
-                        s.targets.get(&v.target).and_then(|t| {
-                            t.legs
-                                .iter()
-                                .filter_map(|l| s.account_ids.get(&l.account))
-                                .find_map(account)
-                        })
-                    })
-                }
-            };
-            refusal.map(|e| (i, e.clone()))
-        })
-        .collect()
-}
+mod decider;
 
-/// How a batch decides its new requests, in order.
-struct Decider<'a> {
-    snapshot: &'a Snapshot,
-    engine: Engine,
-    base: OffsetDateTime,
-    postings: Vec<PlannedPosting>,
-    rejections: Vec<PlannedRejection>,
-    /// Targets voided by this batch: target → its void.
-    voided_now: HashMap<Uuid, Uuid>,
-}
-
-impl<'a> Decider<'a> {
-    fn new(s: &'a Snapshot) -> Decider<'a> {
-        let (totals, rules) = s
-            .accounts
-            .iter()
-            .map(|(&id, a)| ((id, a.totals), (id, a.rule.clone())))
-            .unzip();
-        // Strictly after the clock any fenced reader saw, and after the last batch.
-        let tick = Duration::microseconds(1);
-        let base = (s.clock.now + tick).max(s.clock.last_recorded_at + tick);
-        Decider {
-            snapshot: s,
-            engine: Engine::new(totals, rules),
-            base,
-            postings: Vec::new(),
-            rejections: Vec::new(),
-            voided_now: HashMap::new(),
-        }
-    }
-
-    /// Decides a request whose key this batch claimed: a posting, or a rejection bound to
-    /// the key.
-    fn decide_new(
-        &mut self,
-        r: &WriteRequest,
-        key_id: i64,
-        id: Uuid,
-    ) -> Result<Posting, LedgerError> {
-        let decided = match &r.command {
-            Command::Post(p) => self.record(r, key_id, id, p.legs.clone(), NewPosting::of_post(p)),
-            Command::Void(v) => self
-                .void_legs(v)
-                .and_then(|(legs, new)| self.record(r, key_id, id, legs, new)),
-        };
-        if let Err(e) = &decided {
-            assert!(
-                e.binds_key(),
-                "writer rejection {e} must be state-dependent"
-            );
-            self.rejections.push(PlannedRejection {
-                caller: r.caller.clone(),
-                key: r.command.key().to_owned(),
-                error: e.clone(),
-            });
-        }
-        decided
-    }
-
-    /// A void's legs (its target's, directions swapped), or why the target cannot be voided.
-    fn void_legs(&self, v: &ValidVoid) -> Result<(Vec<Leg>, NewPosting), LedgerError> {
-        let target = self
-            .snapshot
-            .targets
-            .get(&v.target)
-            .unwrap_or_else(|| panic!("void target {} was checked to exist", v.target));
-        if let Some(of) = target.voids_posting_id {
-            return Err(LedgerError::new(
-                Reason::VoidOfVoid,
-                format!(
-                    "posting {} is itself a void (of {of}); a void cannot be voided",
-                    target.posting_id
-                ),
-            )
-            .with("posting_id", target.posting_id));
-        }
-        let voided_by = target
-            .voided_by_posting_id
-            .or_else(|| self.voided_now.get(&target.posting_id).copied());
-        if let Some(by) = voided_by {
-            return Err(LedgerError::new(
-                Reason::AlreadyVoided,
-                format!(
-                    "posting {} was already voided by posting {by}",
-                    target.posting_id
-                ),
-            )
-            .with("posting_id", target.posting_id));
-        }
-        let legs = target.legs.iter().map(|l| self.swapped(l)).collect();
-        Ok((legs, NewPosting::of_void(v, target)))
-    }
-
-    /// A target's leg with its direction swapped, resolved against its account.
-    fn swapped(&self, l: &PostedLeg) -> Leg {
-        let id = self.snapshot.account_ids[&l.account];
-        let rule = &self.snapshot.accounts[&id].rule;
-        Leg {
-            account_id: id,
-            account_code: rule.code.clone(),
-            currency: rule.currency.clone(),
-            direction: l.direction.swapped(),
-            amount: l.amount,
-        }
-    }
-
-    /// Applies legs (whole, or refused whole) and records the posting at the next sequence.
-    fn record(
-        &mut self,
-        r: &WriteRequest,
-        key_id: i64,
-        id: Uuid,
-        legs: Vec<Leg>,
-        new: NewPosting,
-    ) -> Result<Posting, LedgerError> {
-        let effects = self.engine.apply(&legs)?;
-        check_balanced(&legs)
-            .unwrap_or_else(|e| panic!("unbalanced posting reached the writer: {e}"));
-        let n = self.postings.len() as i64;
-        let recorded_at = self.base + Duration::microseconds(n);
-        let posting = new.into_posting(
-            self.snapshot.clock.last_sequence + n + 1,
-            id,
-            recorded_at,
-            r,
-            &legs,
-        );
-        if let Some(target) = posting.voids_posting_id {
-            self.voided_now.insert(target, id);
-        }
-        let planned = legs
-            .iter()
-            .zip(&effects)
-            .map(|(l, e)| PlannedLeg {
-                account_id: l.account_id,
-                direction: l.direction,
-                amount: l.amount,
-                after: e.after,
-            })
-            .collect();
-        self.postings.push(PlannedPosting {
-            posting: posting.clone(),
-            key_id,
-            legs: planned,
-        });
-        Ok(posting)
-    }
-
-    /// The plan: the final totals of every account a posting touched, and the outcomes.
-    fn into_plan(self, outcomes: Vec<Outcome>) -> Plan {
-        let mut last_of: HashMap<i64, i64> = HashMap::new();
-        for p in &self.postings {
-            for l in &p.legs {
-                last_of.insert(l.account_id, p.posting.sequence as i64);
-            }
-        }
-        let accounts = &self.snapshot.accounts;
-        let totals = self.engine.into_totals();
-        let mut totals: Vec<FinalTotals> = last_of
-            .into_iter()
-            .map(|(id, last_sequence)| FinalTotals {
-                account_id: id,
-                scale: accounts[&id].rule.scale,
-                totals: totals[&id],
-                last_sequence,
-            })
-            .collect();
-        totals.sort_unstable_by_key(|t| t.account_id);
-        Plan {
-            postings: self.postings,
-            rejections: self.rejections,
-            totals,
-            base: self.base,
-            outcomes,
-            unbound: Vec::new(),
-        }
-    }
-}
-
-/// A posting before it has a sequence.
-struct NewPosting {
-    effective_at: Option<OffsetDateTime>,
-    memo: String,
-    metadata: Metadata,
-    voids: Option<(Uuid, String)>,
-}
-
-impl NewPosting {
-    fn of_post(p: &ValidPost) -> NewPosting {
-        NewPosting {
-            effective_at: p.effective_at,
-            memo: p.memo.clone(),
-            metadata: p.metadata.clone(),
-            voids: None,
-        }
-    }
-
-    fn of_void(v: &ValidVoid, target: &Posting) -> NewPosting {
-        NewPosting {
-            effective_at: v.effective_at,
-            memo: String::new(),
-            metadata: Metadata::new(),
-            voids: Some((target.posting_id, v.reason.clone())),
-        }
-    }
-
-    /// The record: effective when recorded unless the request said otherwise.
-    fn into_posting(
-        self,
-        sequence: i64,
-        id: Uuid,
-        recorded_at: OffsetDateTime,
-        r: &WriteRequest,
-        legs: &[Leg],
-    ) -> Posting {
-        Posting {
-            posting_id: id,
-            sequence: sequence as u64,
-            caller: r.caller.clone(),
-            idempotency_key: r.command.key().to_owned(),
-            legs: legs
-                .iter()
-                .map(|l| PostedLeg {
-                    account: l.account_code.clone(),
-                    direction: l.direction,
-                    amount: l.amount,
-                })
-                .collect(),
-            effective_at: self.effective_at.unwrap_or(recorded_at),
-            recorded_at,
-            memo: self.memo,
-            metadata: self.metadata,
-            voids_posting_id: self.voids.as_ref().map(|v| v.0),
-            voided_by_posting_id: None,
-            void_reason: self.voids.map(|v| v.1),
-        }
-    }
-}
+use decider::{unbound_refusals, Decider};
 
 /// How the first request of a key was decided.
 struct Decision<'a> {
@@ -535,7 +340,7 @@ pub fn decide(s: &Snapshot, requests: &[WriteRequest], new_ids: &[Uuid]) -> Plan
         "one key state per distinct key of the batch"
     );
     assert!(new_ids.len() >= requests.len(), "an id for every request");
-    let unbound = corrupt_refusals(s, requests, &firsts);
+    let unbound = unbound_refusals(s, requests, &firsts);
     let mut d = Decider::new(s);
     if !unbound.is_empty() {
         return Plan {

@@ -1,0 +1,229 @@
+//! Holds (two-phase postings): a hold reserves funds without moving them; a capture moves
+//! all of it or less and releases the rest; a void releases it; the ledger releases it by
+//! itself at its expiry time. The checks of a capture against its hold are here: a hold's
+//! legs never change, so they are validation, made before the writer (they bind no key).
+
+use super::account::{truncate_for_message, validate_metadata, Account, Metadata};
+use super::error::{LedgerError, Reason};
+use super::limits::MAX_LEGS;
+use super::posting::{
+    capture_fingerprint, check_balanced, leg_codes, parse_posting_id, resolve_legs,
+    validate_effective_at, validate_idempotency_key, validate_text, Fingerprint, Leg, LegRequest,
+};
+use super::record::{rfc3339, Posting};
+use std::collections::HashMap;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// The caller recorded on the releases of expired holds (reserved: no auth-file line may use
+/// it, as `anonymous`).
+pub const LEDGER_CALLER: &str = "ledger";
+
+/// The idempotency key of the release of an expired hold.
+pub fn expiry_key(hold: Uuid) -> String {
+    format!("expire:{hold}")
+}
+
+/// What makes a posting a hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HoldTerms {
+    pub expires_at: Option<OffsetDateTime>,
+}
+
+/// A hold's expiry must lie after now (the server's clock when the request arrives).
+pub fn check_expiry(
+    expires_at: Option<OffsetDateTime>,
+    now: OffsetDateTime,
+) -> Result<(), LedgerError> {
+    match expires_at {
+        Some(t) if t <= now => Err(LedgerError::new(
+            Reason::InvalidField,
+            format!(
+                "hold_expires_at {} is not after now ({})",
+                rfc3339(t),
+                rfc3339(now)
+            ),
+        )
+        .with("field", "hold_expires_at")),
+        Some(t) => validate_effective_at(Some(t)).map_err(|e| e.with("field", "hold_expires_at")),
+        None => Ok(()),
+    }
+}
+
+/// A `Capture` as the caller sent it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CaptureRequest {
+    pub idempotency_key: String,
+    pub hold_posting_id: String,
+    /// Empty: the whole hold.
+    pub legs: Vec<LegRequest>,
+    pub effective_at: Option<OffsetDateTime>,
+    pub memo: String,
+    pub metadata: Metadata,
+}
+
+/// A capture checked against its hold: the legs it moves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ValidCapture {
+    pub idempotency_key: String,
+    pub hold: Uuid,
+    pub legs: Vec<Leg>,
+    pub effective_at: Option<OffsetDateTime>,
+    pub memo: String,
+    pub metadata: Metadata,
+    pub fingerprint: Fingerprint,
+}
+
+impl CaptureRequest {
+    /// Checks what needs no hold: key, memo, metadata, effective time, the hold's id, the
+    /// legs' shape. Returns the hold's id and the distinct account codes of the legs.
+    pub fn check_shape(&self) -> Result<(Uuid, Vec<String>), LedgerError> {
+        validate_idempotency_key(&self.idempotency_key)?;
+        validate_text("memo", &self.memo)?;
+        validate_metadata(&self.metadata)?;
+        validate_effective_at(self.effective_at)?;
+        if self.legs.len() > MAX_LEGS {
+            return Err(
+                LedgerError::limit("leg count", "MAX_LEGS", MAX_LEGS, self.legs.len())
+                    .with("field", "legs"),
+            );
+        }
+        let hold = parse_posting_id(&self.hold_posting_id)
+            .map_err(|e| e.with("field", "hold_posting_id"))?;
+        Ok((hold, leg_codes(&self.legs)?))
+    }
+
+    /// The capture of `hold` (loaded by the caller, with the accounts of its legs and of the
+    /// request's): `NOT_A_HOLD` for another posting; the whole hold when no legs are given;
+    /// else exactly the hold's legs in its order (`CAPTURE_LEGS_MISMATCH`), each at most the
+    /// held amount (`CAPTURE_EXCEEDS_HOLD`), balanced per currency.
+    pub fn validate(
+        &self,
+        hold: &Posting,
+        accounts: &HashMap<String, Account>,
+    ) -> Result<ValidCapture, LedgerError> {
+        let (id, _) = self.check_shape()?;
+        if hold.hold.is_none() {
+            return Err(not_a_hold(hold));
+        }
+        let legs = if self.legs.is_empty() {
+            held_legs(hold, accounts)?
+        } else {
+            self.within(hold, accounts)?
+        };
+        check_balanced(&legs)?;
+        let fingerprint =
+            capture_fingerprint(id, &legs, self.effective_at, &self.memo, &self.metadata);
+        Ok(ValidCapture {
+            idempotency_key: self.idempotency_key.clone(),
+            hold: id,
+            legs,
+            effective_at: self.effective_at,
+            memo: self.memo.clone(),
+            metadata: self.metadata.clone(),
+            fingerprint,
+        })
+    }
+
+    /// The requested legs, checked leg by leg against the held ones.
+    fn within(
+        &self,
+        hold: &Posting,
+        accounts: &HashMap<String, Account>,
+    ) -> Result<Vec<Leg>, LedgerError> {
+        let asked = resolve_legs(&self.legs, accounts)?;
+        within_hold(&asked, hold)?;
+        Ok(asked)
+    }
+}
+
+/// Whether `captured` is within `hold`: exactly its legs (accounts and directions, in its
+/// order), each amount at most the held one.
+pub fn within_hold(captured: &[Leg], hold: &Posting) -> Result<(), LedgerError> {
+    if hold.hold.is_none() {
+        return Err(not_a_hold(hold));
+    }
+    let held = &hold.legs;
+    let same_shape = captured.len() == held.len()
+        && captured
+            .iter()
+            .zip(held)
+            .all(|(a, h)| a.account_code == h.account && a.direction == h.direction);
+    if !same_shape {
+        let shape = |legs: Vec<String>| legs.join(", ");
+        let held_shape = shape(
+            held.iter()
+                .map(|l| format!("{} {:?}", l.account, l.direction))
+                .collect(),
+        );
+        let asked_shape = shape(
+            captured
+                .iter()
+                .map(|l| format!("{} {:?}", l.account_code, l.direction))
+                .collect(),
+        );
+        return Err(LedgerError::new(
+            Reason::CaptureLegsMismatch,
+            format!("a capture names exactly the hold's legs in its order ({held_shape}); this one names {asked_shape}"),
+        )
+        .with("posting_id", hold.posting_id)
+        .with("field", "legs"));
+    }
+    let over = captured
+        .iter()
+        .zip(held)
+        .enumerate()
+        .find(|(_, (a, h))| a.amount.minor() > h.amount.minor());
+    if let Some((i, (a, h))) = over {
+        return Err(LedgerError::new(
+            Reason::CaptureExceedsHold,
+            format!(
+                "leg {i} ({}) asks for {} but the hold holds {}",
+                truncate_for_message(&a.account_code),
+                a.amount,
+                h.amount
+            ),
+        )
+        .with("posting_id", hold.posting_id)
+        .with("account", &a.account_code)
+        .with("field", format!("legs[{i}].amount")));
+    }
+    Ok(())
+}
+
+fn not_a_hold(p: &Posting) -> LedgerError {
+    LedgerError::new(
+        Reason::NotAHold,
+        format!(
+            "posting {} is not a hold; only a hold (Post with hold: true) can be captured",
+            p.posting_id
+        ),
+    )
+    .with("posting_id", p.posting_id)
+}
+
+/// A hold's legs, resolved against their accounts (which must be in `accounts`).
+pub fn held_legs(
+    hold: &Posting,
+    accounts: &HashMap<String, Account>,
+) -> Result<Vec<Leg>, LedgerError> {
+    hold.legs
+        .iter()
+        .map(|l| {
+            let a = accounts.get(&l.account).ok_or_else(|| {
+                LedgerError::new(
+                    Reason::AccountNotFound,
+                    format!("the hold's account {:?} does not exist", l.account),
+                )
+                .with("account", &l.account)
+            })?;
+            Ok(Leg {
+                account_id: a.id,
+                account_code: a.code.clone(),
+                currency: a.currency.clone(),
+                direction: l.direction,
+                amount: l.amount,
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,132 @@
+//! The release of expired holds. Once a hold's `hold_expires_at` has passed, the ledger itself
+//! records its release: a posting like any other, through the writer, with caller `ledger`
+//! and key `expire:<hold posting id>` (so two servers, or a round and its retry, release a
+//! hold once). A task polls every [`HOLD_EXPIRY_POLL`], so a release is recorded within
+//! [`HOLD_EXPIRY_LAG_MAX`] of the expiry time under normal load; a capture or void that
+//! reaches the writer after the expiry time is refused whether the release is recorded yet or
+//! not (that rule is `decide`'s). At start-up, before serving, the server releases every hold
+//! that expired while it was stopped.
+
+use super::Ledger;
+use crate::domain::hold::LEDGER_CALLER;
+use crate::domain::limits::{HOLD_EXPIRY_LAG_MAX, HOLD_EXPIRY_POLL, MAX_EXPIRIES_PER_ROUND};
+use crate::domain::record::rfc3339;
+use crate::domain::write::{Command, ValidExpire};
+use crate::domain::{LedgerError, Reason};
+use crate::storage;
+use std::time::Duration;
+use time::OffsetDateTime;
+
+/// What one round did.
+#[derive(Debug, Default)]
+pub struct Round {
+    /// Releases recorded now (or found recorded by an earlier attempt).
+    pub released: usize,
+    /// Holds the round found closed by a capture or void first.
+    pub closed_first: usize,
+    /// Releases the writer could not record now (retried next round).
+    pub failed: usize,
+    /// Whether every due hold in the window was asked for (none left beyond the round's limit).
+    pub complete: bool,
+    /// The database's clock when the round looked.
+    pub now: Option<OffsetDateTime>,
+}
+
+impl Ledger {
+    /// Asks the writer to release every open hold expiring after `from` (none: any) whose
+    /// expiry time has passed, at most [`MAX_EXPIRIES_PER_ROUND`], all at once (so they share
+    /// a batch when nothing else is queued).
+    pub async fn release_expired(
+        &self,
+        from: Option<OffsetDateTime>,
+    ) -> Result<Round, LedgerError> {
+        let client = self.client().await?;
+        let (due, now) = storage::holds::due(&client, from, MAX_EXPIRIES_PER_ROUND)
+            .await
+            .map_err(super::unavailable)?;
+        drop(client);
+        let asks = due.iter().map(|&id| {
+            self.writer.submit(
+                LEDGER_CALLER.to_owned(),
+                Command::Expire(ValidExpire::of(id)),
+            )
+        });
+        let outcomes = futures_util::future::join_all(asks).await;
+        let mut round = Round {
+            complete: due.len() < MAX_EXPIRIES_PER_ROUND,
+            now: Some(now),
+            ..Round::default()
+        };
+        for (id, outcome) in due.iter().zip(outcomes) {
+            match outcome {
+                Ok(d) => {
+                    round.released += 1;
+                    warn_if_late(*id, &d.posting);
+                }
+                Err(e) if e.reason == Reason::HoldNotPending => round.closed_first += 1,
+                Err(e) => {
+                    round.failed += 1;
+                    tracing::warn!(hold = %id, error = %e, "the release of an expired hold was not recorded; retrying next round");
+                }
+            }
+        }
+        Ok(round)
+    }
+}
+
+/// Logs a release recorded later than [`HOLD_EXPIRY_LAG_MAX`] after the hold's expiry.
+fn warn_if_late(hold: uuid::Uuid, release: &crate::domain::record::Posting) {
+    let lag = release.recorded_at - release.effective_at;
+    if lag > HOLD_EXPIRY_LAG_MAX {
+        tracing::warn!(
+            %hold,
+            expired_at = %rfc3339(release.effective_at),
+            recorded_at = %rfc3339(release.recorded_at),
+            "the release of an expired hold was recorded {lag} after its expiry (bound HOLD_EXPIRY_LAG_MAX = {HOLD_EXPIRY_LAG_MAX:?})"
+        );
+    }
+}
+
+/// Releases every hold already expired, round after round until none is left or a round
+/// cannot record one: what the server does at start-up, before serving.
+pub async fn release_all_due(ledger: &Ledger) -> Result<usize, LedgerError> {
+    let mut released = 0;
+    loop {
+        let round = ledger.release_expired(None).await?;
+        released += round.released;
+        if round.failed > 0 {
+            return Err(LedgerError::unavailable(format!(
+                "{} releases of expired holds could not be recorded at start-up",
+                round.failed
+            )));
+        }
+        if round.complete {
+            return Ok(released);
+        }
+    }
+}
+
+/// The expiry task: a round every [`HOLD_EXPIRY_POLL`] (at once again when a round hit its
+/// limit). Each round looks back `overlap` before the last complete round's clock, so a hold
+/// decided before that clock but committed after it (a batch takes at most the writer's
+/// timeout) is still found; holds released already are skipped by the query.
+pub async fn run(ledger: std::sync::Arc<Ledger>, overlap: Duration) {
+    let mut from: Option<OffsetDateTime> = None;
+    loop {
+        match ledger.release_expired(from).await {
+            Ok(round) => {
+                if round.released > 0 {
+                    tracing::info!(released = round.released, "released expired holds");
+                }
+                if round.complete && round.failed == 0 {
+                    from = round.now.map(|now| now - overlap);
+                }
+                if !round.complete && round.failed == 0 {
+                    continue;
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot look for expired holds; retrying"),
+        }
+        tokio::time::sleep(HOLD_EXPIRY_POLL).await;
+    }
+}
