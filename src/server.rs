@@ -223,7 +223,11 @@ async fn start_expiry(
     }
     // A round looks back past any batch still committing (each takes at most its timeout).
     let overlap = (3 * tuning.writer.batch_timeout).max(Duration::from_secs(30));
-    tokio::spawn(crate::service::expiry::run(ledger.clone(), overlap))
+    tokio::spawn(crate::service::expiry::run(
+        ledger.clone(),
+        tuning.hold_expiry_poll,
+        overlap,
+    ))
 }
 
 /// What the transport serves: health and reflection (v1, and v1alpha for grpcurl 1.8) open,

@@ -23,6 +23,8 @@ pub struct Tuning {
     /// Longest wait for in-flight requests at shutdown.
     pub drain_timeout: Duration,
     pub transport: TransportLimits,
+    /// How often the expiry task looks for expired holds (`HOLD_EXPIRY_POLL`).
+    pub hold_expiry_poll: Duration,
 }
 
 impl Default for Tuning {
@@ -33,6 +35,7 @@ impl Default for Tuning {
             accounts_cached_max: crate::domain::account::AccountCache::MAX_CACHED_ACCOUNTS,
             drain_timeout: DRAIN_TIMEOUT,
             transport: TransportLimits::default(),
+            hold_expiry_poll: crate::service::expiry::HOLD_EXPIRY_POLL,
         }
     }
 }
@@ -61,6 +64,9 @@ impl Tuning {
                 self.transport.request_timeout, self.drain_timeout
             ));
         }
+        if self.hold_expiry_poll.is_zero() {
+            return Err("HOLD_EXPIRY_POLL must be above zero".into());
+        }
         Ok(())
     }
 }
@@ -81,5 +87,10 @@ mod tests {
         let mut t = Tuning::default();
         t.drain_timeout = t.transport.request_timeout;
         assert!(t.check().unwrap_err().contains("DRAIN_TIMEOUT"));
+        let t = Tuning {
+            hold_expiry_poll: Duration::ZERO,
+            ..Tuning::default()
+        };
+        assert!(t.check().unwrap_err().contains("HOLD_EXPIRY_POLL"));
     }
 }

@@ -85,6 +85,11 @@ pub struct TuningArgs {
     /// `List*` pages built at once, server-wide (limit MAX_PAGES_IN_PROGRESS).
     #[arg(long, env = "LEDGER_MAX_PAGES_IN_PROGRESS", default_value_t = transport::MAX_PAGES_IN_PROGRESS)]
     max_pages_in_progress: usize,
+    /// How often the expiry task looks for holds whose expiry time has passed (default
+    /// HOLD_EXPIRY_POLL). Releases are recorded within HOLD_EXPIRY_LAG_MAX (1s) of the expiry
+    /// time only while this stays at most half of it.
+    #[arg(long, env = "LEDGER_HOLD_EXPIRY_POLL", default_value_t = Span(crate::service::expiry::HOLD_EXPIRY_POLL))]
+    hold_expiry_poll: Span,
 }
 
 impl TuningArgs {
@@ -114,6 +119,7 @@ impl TuningArgs {
                 response_bytes_in_flight: self.response_bytes_in_flight,
                 max_pages_in_progress: self.max_pages_in_progress,
             },
+            hold_expiry_poll: self.hold_expiry_poll.0,
         };
         t.check()?;
         Ok(t)

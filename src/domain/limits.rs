@@ -44,16 +44,11 @@ pub const MAX_TOKEN_TOTALS: usize = 64;
 pub const MAX_TRIAL_BALANCE_CURRENCIES: usize = 1000;
 
 /// Longest the ledger takes to record the release of an expired hold after its expiry time,
-/// under normal load (the expiry task polls every [`HOLD_EXPIRY_POLL`]; a capture or void
-/// after the expiry time is refused whether or not the release is recorded yet).
+/// under normal load and the default expiry poll (a capture or void after the expiry time is
+/// refused whether or not the release is recorded yet).
 pub const HOLD_EXPIRY_LAG_MAX: std::time::Duration = std::time::Duration::from_secs(1);
-/// How often the expiry task looks for holds whose expiry time has passed.
-pub const HOLD_EXPIRY_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 /// Releases the expiry task asks for in one round, at most (the rest in the next rounds).
 pub const MAX_EXPIRIES_PER_ROUND: usize = 1000;
-
-// Releases are asked within the lag bound.
-const _: () = assert!(HOLD_EXPIRY_POLL.as_millis() * 2 <= HOLD_EXPIRY_LAG_MAX.as_millis());
 
 // A token carrying the most totals stays under its limit: per currency its code (a length and
 // up to 16 bytes), its scale and four totals under 10^37 (18 bytes each as zigzag varints),

@@ -1,21 +1,28 @@
 //! The release of expired holds. Once a hold's `hold_expires_at` has passed, the ledger itself
 //! records its release: a posting like any other, through the writer, with caller `ledger`
 //! and key `expire:<hold posting id>` (so two servers, or a round and its retry, release a
-//! hold once). A task polls every [`HOLD_EXPIRY_POLL`], so a release is recorded within
-//! [`HOLD_EXPIRY_LAG_MAX`] of the expiry time under normal load; a capture or void that
+//! hold once). A task polls every [`HOLD_EXPIRY_POLL`] (by default), so a release is recorded
+//! within [`HOLD_EXPIRY_LAG_MAX`] of the expiry time under normal load; a capture or void that
 //! reaches the writer after the expiry time is refused whether the release is recorded yet or
 //! not (that rule is `decide`'s). At start-up, before serving, the server releases every hold
 //! that expired while it was stopped.
 
 use super::Ledger;
 use crate::domain::hold::LEDGER_CALLER;
-use crate::domain::limits::{HOLD_EXPIRY_LAG_MAX, HOLD_EXPIRY_POLL, MAX_EXPIRIES_PER_ROUND};
+use crate::domain::limits::{HOLD_EXPIRY_LAG_MAX, MAX_EXPIRIES_PER_ROUND};
 use crate::domain::record::rfc3339;
 use crate::domain::write::{Command, ValidExpire};
 use crate::domain::{LedgerError, Reason};
 use crate::storage;
 use std::time::Duration;
 use time::OffsetDateTime;
+
+/// How often the expiry task looks for holds whose expiry time has passed, by default (knob
+/// `--hold-expiry-poll`).
+pub const HOLD_EXPIRY_POLL: Duration = Duration::from_millis(250);
+
+// By default, releases are asked well within the lag bound.
+const _: () = assert!(HOLD_EXPIRY_POLL.as_millis() * 2 <= HOLD_EXPIRY_LAG_MAX.as_millis());
 
 /// What one round did.
 #[derive(Debug, Default)]
@@ -106,11 +113,11 @@ pub async fn release_all_due(ledger: &Ledger) -> Result<usize, LedgerError> {
     }
 }
 
-/// The expiry task: a round every [`HOLD_EXPIRY_POLL`] (at once again when a round hit its
-/// limit). Each round looks back `overlap` before the last complete round's clock, so a hold
+/// The expiry task: a round every `poll` ([`HOLD_EXPIRY_POLL`] by default; at once again when
+/// a round hit its limit). Each round looks back `overlap` before the last complete round's clock, so a hold
 /// decided before that clock but committed after it (a batch takes at most the writer's
 /// timeout) is still found; holds released already are skipped by the query.
-pub async fn run(ledger: std::sync::Arc<Ledger>, overlap: Duration) {
+pub async fn run(ledger: std::sync::Arc<Ledger>, poll: Duration, overlap: Duration) {
     let mut from: Option<OffsetDateTime> = None;
     loop {
         match ledger.release_expired(from).await {
@@ -127,6 +134,6 @@ pub async fn run(ledger: std::sync::Arc<Ledger>, overlap: Duration) {
             }
             Err(e) => tracing::warn!(error = %e, "cannot look for expired holds; retrying"),
         }
-        tokio::time::sleep(HOLD_EXPIRY_POLL).await;
+        tokio::time::sleep(poll).await;
     }
 }

@@ -15,10 +15,10 @@ pub struct Finding {
 /// lists violations; at most [`MAX_EXAMPLES`] are shown.
 const CHECKS: &[(&str, &str)] = &[
     (
-        "every posting balances per currency",
+        "every posting balances per currency (holds and releases too)",
         "SELECT format('posting %s %s: debits %s credits %s', e.sequence, a.currency,
                 sum(e.amount) FILTER (WHERE e.direction = 'D'), sum(e.amount) FILTER (WHERE e.direction = 'C'))
-         FROM entries e JOIN accounts a USING (account_id)
+         FROM ALL_LEGS e JOIN accounts a USING (account_id)
          GROUP BY e.sequence, a.currency
          HAVING coalesce(sum(e.amount) FILTER (WHERE e.direction = 'D'), 0)
              <> coalesce(sum(e.amount) FILTER (WHERE e.direction = 'C'), 0)",
@@ -26,7 +26,7 @@ const CHECKS: &[(&str, &str)] = &[
     (
         "every posting has at least two legs, numbered from 0",
         "SELECT format('posting %s has %s legs (max index %s)', p.sequence, count(e.leg_index), max(e.leg_index))
-         FROM postings p LEFT JOIN entries e USING (sequence)
+         FROM postings p LEFT JOIN ALL_LEGS e USING (sequence)
          GROUP BY p.sequence
          HAVING count(e.leg_index) < 2 OR max(e.leg_index) <> count(e.leg_index) - 1",
     ),
@@ -106,14 +106,14 @@ const CHECKS: &[(&str, &str)] = &[
          UNION ALL
          SELECT format('void %s leg %s does not mirror leg %s of %s', v.posting_id, ve.leg_index, te.leg_index, t.posting_id)
          FROM postings v JOIN postings t ON t.posting_id = v.voids_posting_id
-         JOIN entries ve ON ve.sequence = v.sequence
-         LEFT JOIN entries te ON te.sequence = t.sequence AND te.leg_index = ve.leg_index
+         JOIN ALL_LEGS ve ON ve.sequence = v.sequence
+         LEFT JOIN ALL_LEGS te ON te.sequence = t.sequence AND te.leg_index = ve.leg_index
          WHERE te.leg_index IS NULL OR te.account_id <> ve.account_id OR te.amount <> ve.amount OR te.direction = ve.direction",
     ),
     (
         "every leg, outbox row, posting and rejection refers to an existing parent",
         "SELECT format('leg (%s, %s) names missing posting or account %s', e.sequence, e.leg_index, e.account_id)
-         FROM entries e
+         FROM ALL_LEGS e
          WHERE NOT EXISTS (SELECT 1 FROM postings p WHERE p.sequence = e.sequence)
             OR NOT EXISTS (SELECT 1 FROM accounts a WHERE a.account_id = e.account_id)
          UNION ALL
@@ -153,7 +153,78 @@ const CHECKS: &[(&str, &str)] = &[
          SELECT format('outbox row %s names posting %s but the posting is %s', o.sequence, o.posting_id, p.posting_id)
          FROM outbox o JOIN postings p USING (sequence) WHERE o.posting_id <> p.posting_id",
     ),
+    (
+        "a posting's legs move money (entries) or move none (hold_legs: holds and releases), never both",
+        "SELECT format('posting %s (hold %s, closes %s) has %s entries and %s held legs', p.sequence, p.hold, coalesce(p.close_kind, '-'),
+                (SELECT count(*) FROM entries e WHERE e.sequence = p.sequence),
+                (SELECT count(*) FROM hold_legs h WHERE h.sequence = p.sequence))
+         FROM postings p
+         WHERE CASE WHEN p.hold OR p.close_kind IN ('release', 'expire')
+                    THEN EXISTS (SELECT 1 FROM entries e WHERE e.sequence = p.sequence)
+                    ELSE EXISTS (SELECT 1 FROM hold_legs h WHERE h.sequence = p.sequence) END",
+    ),
+    (
+        "stored held totals equal the legs of the open holds",
+        "SELECT format('account %s: stored held debits %s credits %s, open holds say %s %s', a.code,
+                t.held_debits, t.held_credits, s.d, s.c)
+         FROM account_totals t JOIN accounts a USING (account_id)
+         CROSS JOIN LATERAL (
+           SELECT coalesce(sum(l.amount) FILTER (WHERE l.direction = 'D'), 0) AS d,
+                  coalesce(sum(l.amount) FILTER (WHERE l.direction = 'C'), 0) AS c
+           FROM hold_legs l JOIN postings h ON h.sequence = l.sequence
+           WHERE l.account_id = t.account_id AND h.hold
+             AND NOT EXISTS (SELECT 1 FROM postings c WHERE c.closes_hold_posting_id = h.posting_id)) s
+         WHERE t.held_debits <> s.d OR t.held_credits <> s.c",
+    ),
+    (
+        "every hold is closed at most once, after it, by a capture, a release or its expiry",
+        "SELECT format('hold %s closed %s times', closes_hold_posting_id, count(*))
+         FROM postings WHERE closes_hold_posting_id IS NOT NULL GROUP BY closes_hold_posting_id HAVING count(*) > 1
+         UNION ALL
+         SELECT format('posting %s closes %s, which is %s', c.sequence, c.closes_hold_posting_id,
+                CASE WHEN h.posting_id IS NULL THEN 'missing' WHEN NOT h.hold THEN 'not a hold' ELSE 'recorded after it' END)
+         FROM postings c LEFT JOIN postings h ON h.posting_id = c.closes_hold_posting_id
+         WHERE c.closes_hold_posting_id IS NOT NULL AND (h.posting_id IS NULL OR NOT h.hold OR h.sequence >= c.sequence)
+         UNION ALL
+         SELECT format('release %s of hold %s is not its void', c.sequence, c.closes_hold_posting_id)
+         FROM postings c WHERE c.close_kind = 'release' AND c.voids_posting_id IS DISTINCT FROM c.closes_hold_posting_id",
+    ),
+    (
+        "every capture is within its hold: the hold's legs in order, each amount at most the held one",
+        "SELECT format('capture %s of hold %s: leg %s is %s %s %s, the hold holds %s', c.sequence, h.sequence, x.leg_index,
+                x.account_id, x.direction, x.amount, coalesce(format('%s %s %s', hl.account_id, hl.direction, hl.amount), 'nothing'))
+         FROM postings c JOIN postings h ON h.posting_id = c.closes_hold_posting_id
+         JOIN entries x ON x.sequence = c.sequence
+         LEFT JOIN hold_legs hl ON hl.sequence = h.sequence AND hl.leg_index = x.leg_index
+         WHERE c.close_kind = 'capture'
+           AND (hl.leg_index IS NULL OR hl.account_id <> x.account_id OR hl.direction <> x.direction OR x.amount > hl.amount)
+         UNION ALL
+         SELECT format('capture %s of hold %s has %s legs, the hold %s', c.sequence, h.sequence,
+                (SELECT count(*) FROM entries x WHERE x.sequence = c.sequence), (SELECT count(*) FROM hold_legs l WHERE l.sequence = h.sequence))
+         FROM postings c JOIN postings h ON h.posting_id = c.closes_hold_posting_id
+         WHERE c.close_kind = 'capture'
+           AND (SELECT count(*) FROM entries x WHERE x.sequence = c.sequence) <> (SELECT count(*) FROM hold_legs l WHERE l.sequence = h.sequence)",
+    ),
+    (
+        "every release of an expired hold is the ledger's, recorded after the expiry, effective at it",
+        "SELECT format('expiry %s of hold %s: caller %s key %s, recorded %s effective %s, the hold expires %s', c.sequence, h.sequence,
+                c.caller, c.idempotency_key, c.recorded_at, c.effective_at, coalesce(h.hold_expires_at::text, 'never'))
+         FROM postings c JOIN postings h ON h.posting_id = c.closes_hold_posting_id
+         WHERE c.close_kind = 'expire'
+           AND (h.hold_expires_at IS NULL OR c.recorded_at <= h.hold_expires_at OR c.effective_at <> h.hold_expires_at
+                OR c.caller <> 'ledger' OR c.idempotency_key <> 'expire:' || h.posting_id)
+         UNION ALL
+         SELECT format('release %s of hold %s does not mirror its leg %s', c.sequence, h.sequence, hl.leg_index)
+         FROM postings c JOIN postings h ON h.posting_id = c.closes_hold_posting_id
+         JOIN hold_legs hl ON hl.sequence = h.sequence
+         LEFT JOIN hold_legs rl ON rl.sequence = c.sequence AND rl.leg_index = hl.leg_index
+         WHERE c.close_kind IN ('release', 'expire')
+           AND (rl.leg_index IS NULL OR rl.account_id <> hl.account_id OR rl.direction = hl.direction OR rl.amount <> hl.amount)",
+    ),
 ];
+
+/// Every leg, moving money or not (`ALL_LEGS` in the checks).
+const ALL_LEGS_SQL: &str = "(SELECT sequence, leg_index, account_id, direction, amount FROM entries UNION ALL SELECT sequence, leg_index, account_id, direction, amount FROM hold_legs)";
 
 /// Examples shown per violated invariant, at most.
 pub const MAX_EXAMPLES: i64 = 5;
@@ -169,6 +240,7 @@ pub async fn run(client: &mut tokio_postgres::Client) -> Result<Vec<Finding>, St
         .await?;
     let mut findings = Vec::new();
     for (name, sql) in CHECKS {
+        let sql = sql.replace("ALL_LEGS", ALL_LEGS_SQL);
         let count: i64 = tx
             .query_one(&format!("SELECT count(*) FROM ({sql}) v"), &[])
             .await?

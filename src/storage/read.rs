@@ -270,6 +270,15 @@ pub(crate) fn stored_rejection(
     })
 }
 
+/// The postings touching an account after `$2`, at most `$3`: those whose legs moved its
+/// money (entries) and those whose legs moved none (holds and releases, in hold_legs), each
+/// side read along its (account, sequence) index.
+const ACCOUNT_POSTINGS_SQL: &str = "SELECT sequence FROM (
+       (SELECT sequence FROM entries WHERE account_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3)
+       UNION
+       (SELECT sequence FROM hold_legs WHERE account_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3)) s
+     ORDER BY sequence LIMIT $3";
+
 /// Postings in sequence order after `after`, optionally only those touching an account.
 pub async fn list_postings(
     client: &impl GenericClient,
@@ -277,24 +286,18 @@ pub async fn list_postings(
     after: i64,
     limit: i64,
 ) -> Result<Vec<Posting>, StorageError> {
-    let rows =
-        match account_id {
-            Some(id) => {
-                client
-                    .query(
-                        "SELECT DISTINCT sequence FROM entries
-                     WHERE account_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3",
-                        &[&id, &after, &limit],
-                    )
-                    .await?
-            }
-            None => client
-                .query(
-                    "SELECT sequence FROM postings WHERE sequence > $1 ORDER BY sequence LIMIT $2",
-                    &[&after, &limit],
-                )
-                .await?,
-        };
+    let rows = match account_id {
+        Some(id) => {
+            client
+                .query(ACCOUNT_POSTINGS_SQL, &[&id, &after, &limit])
+                .await?
+        }
+        None => {
+            let sql =
+                "SELECT sequence FROM postings WHERE sequence > $1 ORDER BY sequence LIMIT $2";
+            client.query(sql, &[&after, &limit]).await?
+        }
+    };
     let seqs: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
     postings_by_sequence(client, &seqs).await
 }

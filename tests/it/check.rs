@@ -117,3 +117,125 @@ async fn a_posting_that_nets_to_zero_on_a_no_negative_account_keeps_statement_an
     let e = t.post(overdraw).await.unwrap_err();
     assert_error(&e, tonic::Code::FailedPrecondition, "INSUFFICIENT_FUNDS");
 }
+
+/// A ledger with each kind of hold: captured in part, released, expired, open.
+async fn ledger_with_holds() -> TestLedger {
+    use time::{Duration, OffsetDateTime};
+    let mut t = TestLedger::start().await;
+    t.standard_accounts(2).await;
+    t.post(transfer("fund", "equity:world", "acct:0", "50.00"))
+        .await
+        .unwrap();
+    let hold = |key: &str, amount: &str| pb::PostRequest {
+        hold: true,
+        ..transfer(key, "acct:0", "acct:1", amount)
+    };
+    let h1 = t.post(hold("h1", "20.00")).await.unwrap().posting.unwrap();
+    let capture = pb::CaptureRequest {
+        idempotency_key: "c".into(),
+        hold_posting_id: h1.posting_id,
+        legs: vec![
+            leg("acct:1", pb::Direction::Debit, "15.00"),
+            leg("acct:0", pb::Direction::Credit, "15.00"),
+        ],
+        ..Default::default()
+    };
+    t.client.capture(capture).await.unwrap();
+    let h2 = t.post(hold("h2", "10.00")).await.unwrap().posting.unwrap();
+    let release = pb::VoidRequest {
+        idempotency_key: "r".into(),
+        posting_id: h2.posting_id,
+        reason: "released".into(),
+        effective_at: None,
+    };
+    t.client.void(release).await.unwrap();
+    let soon = OffsetDateTime::now_utc() + Duration::milliseconds(200);
+    t.post(pb::PostRequest {
+        hold_expires_at: Some(ledger::grpc::convert::time_to_pb(soon)),
+        ..hold("h3", "5.00")
+    })
+    .await
+    .unwrap();
+    t.post(hold("h4", "1.00")).await.unwrap();
+    let db = t.db().await;
+    for _ in 0..100 {
+        let expired: i64 = db
+            .query_one(
+                "SELECT count(*) FROM postings WHERE close_kind = 'expire'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if expired == 1 {
+            return t;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("hold h3 was not released by the ledger");
+}
+
+#[tokio::test]
+async fn ledger_check_verifies_held_totals_and_every_close_of_a_hold() {
+    let seq =
+        |key: &str| format!("(SELECT sequence FROM postings WHERE idempotency_key = '{key}')");
+    let corruptions = [
+        (
+            "UPDATE account_totals SET held_credits = held_credits + 1".to_owned(),
+            "stored held totals equal the legs of the open holds",
+        ),
+        (
+            format!("UPDATE entries SET amount = 25.00 WHERE sequence = {}", seq("c")),
+            "every capture is within its hold",
+        ),
+        (
+            format!("DELETE FROM entries WHERE sequence = {} AND leg_index = 1", seq("c")),
+            "every capture is within its hold",
+        ),
+        (
+            format!(
+                "ALTER TABLE postings DROP CONSTRAINT postings_hold_closed_once;
+                 UPDATE postings SET closes_hold_posting_id = (SELECT posting_id FROM postings WHERE idempotency_key = 'h1')
+                 WHERE sequence = {}",
+                seq("r")
+            ),
+            "every hold is closed at most once",
+        ),
+        (
+            "UPDATE postings SET effective_at = effective_at + interval '1 second' WHERE close_kind = 'expire'".to_owned(),
+            "every release of an expired hold is the ledger's",
+        ),
+        (
+            format!("UPDATE hold_legs SET direction = 'D' WHERE sequence = {}", seq("r")),
+            "release",
+        ),
+        (
+            "INSERT INTO hold_legs SELECT sequence, leg_index + 10, account_id, direction, amount FROM entries WHERE sequence = 1".to_owned(),
+            "never both",
+        ),
+        (
+            format!("UPDATE hold_legs SET amount = amount + 1 WHERE sequence = {} AND leg_index = 0", seq("h4")),
+            "every posting balances per currency",
+        ),
+    ];
+    for (sql, invariant) in corruptions {
+        let t = ledger_with_holds().await;
+        let (ok, report) = ledger_check(&t.database_url).await;
+        assert!(ok, "sound ledger with holds: {report}");
+        let db = t.db().await;
+        db.batch_execute(&format!(
+            "SET session_replication_role = replica; {sql}; SET session_replication_role = origin;"
+        ))
+        .await
+        .unwrap();
+        let (ok, report) = ledger_check(&t.database_url).await;
+        assert!(!ok, "{sql}: check passed:\n{report}");
+        let failed = report
+            .lines()
+            .any(|l| l.starts_with("FAIL") && l.contains(invariant));
+        assert!(
+            failed,
+            "{sql}: no FAIL line naming {invariant:?}:\n{report}"
+        );
+    }
+}

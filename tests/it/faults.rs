@@ -19,10 +19,9 @@ pub async fn ledger_check(url: &str) -> (bool, String) {
         .output()
         .await
         .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
+    let mut report = String::from_utf8_lossy(&out.stdout).into_owned();
+    report.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), report)
 }
 
 /// Whether an error leaves the outcome unknown (so the caller must retry with its key).

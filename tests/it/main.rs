@@ -12,6 +12,7 @@ mod corrupt;
 mod embedded;
 mod faults;
 mod history;
+mod holds;
 mod hostile;
 mod idempotency;
 mod ops;

@@ -695,3 +695,91 @@ async fn a_deleted_stream_is_created_again_and_publishing_goes_on() {
     );
     assert_eq!(events[0].posting, after);
 }
+
+#[tokio::test]
+async fn each_kind_of_hold_posting_reaches_nats_once_and_replays_publish_nothing() {
+    let nats = NatsServer::start().await;
+    let mut t = TestLedger::start().await;
+    t.standard_accounts(2).await;
+    let _relay = Relay::start(&t.database_url, &nats.url(), &[], None);
+    t.post(transfer("fund", "equity:world", "acct:0", "50.00"))
+        .await
+        .unwrap();
+    let hold = |key: &str| pb::PostRequest {
+        hold: true,
+        ..transfer(key, "acct:0", "acct:1", "5.00")
+    };
+    let h1 = t.post(hold("h1")).await.unwrap().posting.unwrap();
+    let capture = pb::CaptureRequest {
+        idempotency_key: "c".into(),
+        hold_posting_id: h1.posting_id.clone(),
+        ..Default::default()
+    };
+    let c = t
+        .client
+        .capture(capture.clone())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        t.client
+            .capture(capture)
+            .await
+            .unwrap()
+            .into_inner()
+            .replayed
+    );
+    let h2 = t.post(hold("h2")).await.unwrap().posting.unwrap();
+    let r = t
+        .client
+        .void(void("r", &h2.posting_id))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        t.client
+            .void(void("r", &h2.posting_id))
+            .await
+            .unwrap()
+            .into_inner()
+            .replayed
+    );
+    let soon = time::OffsetDateTime::now_utc() + time::Duration::milliseconds(200);
+    let h3 = t
+        .post(pb::PostRequest {
+            hold_expires_at: Some(ledger::grpc::convert::time_to_pb(soon)),
+            ..hold("h3")
+        })
+        .await
+        .unwrap()
+        .posting
+        .unwrap();
+    let began = Instant::now();
+    while t.count("postings").await < 7 {
+        assert!(began.elapsed() < DELIVERY, "hold h3 was not released");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    wait_delivered(&t.database_url, DELIVERY).await;
+    let events = assert_stream_matches_journal(&nats, &t).await;
+    assert_eq!(
+        events.len(),
+        7,
+        "fund, three holds, a capture, a release, an expiry"
+    );
+    let e = |i: usize| &events[i].posting;
+    assert_eq!(
+        *e(1),
+        h1,
+        "the hold as committed: pending, no capture named"
+    );
+    assert_eq!(e(1).hold_status, pb::HoldStatus::Pending as i32);
+    assert_eq!(*e(2), c.posting.unwrap());
+    assert_eq!(e(2).captures_hold_posting_id, h1.posting_id);
+    assert_eq!(*e(4), r.posting.unwrap());
+    assert_eq!(e(4).voids_posting_id, h2.posting_id);
+    assert_eq!(*e(5), h3);
+    assert_eq!(
+        (e(6).caller.as_str(), e(6).idempotency_key.clone()),
+        ("ledger", format!("expire:{}", h3.posting_id))
+    );
+}

@@ -3,7 +3,7 @@
 use super::*;
 use crate::domain::account::{Account, Metadata, NormalBalance};
 use crate::domain::posting::{LegRequest, PostRequest, VoidRequest};
-use crate::domain::record::PostedLeg;
+use crate::domain::record::{CloseKind, Closes, PostedLeg};
 use time::Duration;
 
 fn t0() -> OffsetDateTime {
@@ -397,4 +397,272 @@ fn a_plan_with_a_gap_in_its_sequence_is_never_written() {
     let mut plan = run(&requests, &s);
     plan.postings[0].posting.sequence += 1;
     plan.assert_sound(&s.clock);
+}
+
+/// A hold of 10.00 paid by `a` to `w` (sequence 1), expiring at `expires`, closed by `closed`.
+fn hold_target(expires: Option<OffsetDateTime>, closed: Option<(Uuid, CloseKind)>) -> Posting {
+    let legs = [("w", Direction::Debit), ("a", Direction::Credit)]
+        .map(|(account, direction)| PostedLeg {
+            account: account.into(),
+            direction,
+            amount: Amount::from_minor(1000, 2),
+        })
+        .to_vec();
+    Posting {
+        hold: Some(crate::domain::record::HoldState {
+            expires_at: expires,
+            closed_by: closed,
+        }),
+        legs,
+        ..target(None, None)
+    }
+}
+
+/// A hold of `cents` paid by `from` to `to`, expiring at `expires`.
+fn hold(
+    key: &str,
+    from: &str,
+    to: &str,
+    cents: i128,
+    expires: Option<OffsetDateTime>,
+) -> WriteRequest {
+    let mut r = post(key, from, to, cents);
+    let Command::Post(p) = &mut r.command else {
+        unreachable!()
+    };
+    let req = PostRequest {
+        idempotency_key: key.into(),
+        legs: p
+            .legs
+            .iter()
+            .map(|l| LegRequest {
+                account: l.account_code.clone(),
+                direction: Some(l.direction),
+                amount: l.amount.to_string(),
+            })
+            .collect(),
+        effective_at: None,
+        memo: String::new(),
+        metadata: Metadata::new(),
+        hold: true,
+        hold_expires_at: expires,
+    };
+    r.command = Command::Post(req.validate(&accounts()).unwrap());
+    r
+}
+
+/// A capture of the whole hold.
+fn capture(key: &str, hold: &Posting) -> WriteRequest {
+    let req = crate::domain::hold::CaptureRequest {
+        idempotency_key: key.into(),
+        hold_posting_id: hold.posting_id.to_string(),
+        legs: Vec::new(),
+        effective_at: None,
+        memo: String::new(),
+        metadata: Metadata::new(),
+    };
+    WriteRequest {
+        caller: "c".into(),
+        command: Command::Capture(req.validate(hold, &accounts()).unwrap()),
+    }
+}
+
+/// A snapshot as [`snapshot`], with the open holds among `targets` held on their accounts.
+fn snapshot_with_holds(requests: &[WriteRequest], a_cents: i128, targets: &[Posting]) -> Snapshot {
+    let mut s = snapshot(requests, a_cents, targets);
+    let open = targets
+        .iter()
+        .filter(|t| t.hold.is_some_and(|h| h.closed_by.is_none()));
+    for leg in open.flat_map(|t| &t.legs) {
+        let totals = &mut s
+            .accounts
+            .get_mut(&s.account_ids[&leg.account])
+            .unwrap()
+            .totals;
+        match leg.direction {
+            Direction::Debit => totals.held_debits += leg.amount.minor(),
+            Direction::Credit => totals.held_credits += leg.amount.minor(),
+        }
+    }
+    s
+}
+
+#[test]
+fn each_hold_rule_by_name() {
+    let (past, later) = (t0() - Duration::seconds(1), t0() + Duration::seconds(1));
+    let open = hold_target(None, None);
+    let expired = hold_target(Some(past), None);
+    let captured = hold_target(None, Some((Uuid::now_v7(), CloseKind::Capture)));
+    let expired_captured = hold_target(Some(past), Some((Uuid::now_v7(), CloseKind::Capture)));
+    let release = Posting {
+        closes: Some(Closes {
+            hold: open.posting_id,
+            kind: CloseKind::Expire,
+        }),
+        ..target(None, None)
+    };
+    // (rule, requests, cents on `a`, targets, outcomes (replayed?), refusals bound)
+    type Case = (
+        &'static str,
+        Vec<WriteRequest>,
+        i128,
+        Vec<Posting>,
+        Vec<Result<bool, Reason>>,
+        usize,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "a hold within the available balance is recorded",
+            vec![hold("h", "a", "w", 500, Some(later))],
+            1000,
+            vec![],
+            vec![Ok(false)],
+            0,
+        ),
+        (
+            "a hold beyond the available balance is refused and binds",
+            vec![hold("h", "a", "w", 1500, None)],
+            1000,
+            vec![],
+            vec![Err(InsufficientFunds)],
+            1,
+        ),
+        (
+            "a hold counts at once against the later postings of the batch",
+            vec![hold("h", "a", "w", 600, None), post("p", "a", "w", 600)],
+            1000,
+            vec![],
+            vec![Ok(false), Err(InsufficientFunds)],
+            1,
+        ),
+        (
+            "an open hold's amount is not available",
+            vec![post("p", "a", "w", 600)],
+            1500,
+            vec![open.clone()],
+            vec![Err(InsufficientFunds)],
+            1,
+        ),
+        (
+            "a capture of an open hold is recorded",
+            vec![capture("c", &open)],
+            1000,
+            vec![open.clone()],
+            vec![Ok(false)],
+            0,
+        ),
+        (
+            "a capture is never refused for funds (they were reserved)",
+            vec![capture("c", &open)],
+            1000,
+            vec![open.clone()],
+            vec![Ok(false)],
+            0,
+        ),
+        (
+            "a capture after the expiry time is refused and binds, release recorded or not",
+            vec![capture("c", &expired), void("v", &expired)],
+            1000,
+            vec![expired.clone()],
+            vec![Err(HoldNotPending), Err(HoldNotPending)],
+            2,
+        ),
+        (
+            "a second capture in the batch is refused",
+            vec![capture("c1", &open), capture("c2", &open)],
+            1000,
+            vec![open.clone()],
+            vec![Ok(false), Err(HoldNotPending)],
+            1,
+        ),
+        (
+            "a release in the batch closes the hold for a capture after it",
+            vec![void("v", &open), capture("c", &open)],
+            1000,
+            vec![open.clone()],
+            vec![Ok(false), Err(HoldNotPending)],
+            1,
+        ),
+        (
+            "a capture of a closed hold is refused",
+            vec![capture("c", &captured)],
+            1000,
+            vec![captured.clone()],
+            vec![Err(HoldNotPending)],
+            1,
+        ),
+        (
+            "the expiry of a due hold is recorded",
+            vec![ValidExpire::request(expired.posting_id)],
+            1000,
+            vec![expired.clone()],
+            vec![Ok(false)],
+            0,
+        ),
+        (
+            "the expiry of a hold closed first is refused and binds",
+            vec![ValidExpire::request(expired_captured.posting_id)],
+            1000,
+            vec![expired_captured.clone()],
+            vec![Err(HoldNotPending)],
+            1,
+        ),
+        (
+            "a void of the ledger's release is refused",
+            vec![void("v", &release)],
+            1000,
+            vec![release.clone()],
+            vec![Err(VoidOfVoid)],
+            1,
+        ),
+    ];
+    for (name, requests, a_cents, targets, want, bound) in cases {
+        let s = snapshot_with_holds(&requests, a_cents, &targets);
+        let plan = run(&requests, &s);
+        assert!(plan.unbound.is_empty(), "{name}: {:?}", plan.unbound);
+        assert_eq!(reasons(&plan), want, "{name}");
+        assert_eq!(
+            plan.rejections.len(),
+            bound,
+            "{name}: refusals bound to their keys"
+        );
+    }
+}
+
+#[test]
+fn requests_the_clock_made_invalid_are_refused_unbound() {
+    let due_later = hold_target(Some(t0() + Duration::seconds(1)), None);
+    let plain = target(None, None);
+    let cases = [
+        (
+            "a hold expiring by the batch's clock",
+            hold("h", "a", "w", 100, Some(t0())),
+            vec![],
+            InvalidField,
+        ),
+        (
+            "an expiry not due yet",
+            ValidExpire::request(due_later.posting_id),
+            vec![due_later.clone()],
+            HoldNotPending,
+        ),
+        (
+            "an expiry of a posting that is no hold",
+            ValidExpire::request(plain.posting_id),
+            vec![plain.clone()],
+            HoldNotPending,
+        ),
+    ];
+    for (name, request, targets, reason) in cases {
+        let requests = [post("p", "w", "a", 100), request];
+        let s = snapshot_with_holds(&requests, 1000, &targets);
+        let plan = run(&requests, &s);
+        let unbound: Vec<(usize, Reason)> =
+            plan.unbound.iter().map(|(i, e)| (*i, e.reason)).collect();
+        assert_eq!(unbound, [(1, reason)], "{name}");
+        assert!(
+            plan.postings.is_empty() && plan.rejections.is_empty(),
+            "{name}: nothing planned"
+        );
+    }
 }

@@ -44,17 +44,20 @@ impl TestLedger {
     /// Boots a server on an existing database with these options. The client is plain
     /// (no TLS, no token); TLS tests make their own.
     pub async fn on_database_with(url: String, ops: server::OpsOptions) -> TestLedger {
+        Self::on_database_tuned(url, ops, test_tuning()).await
+    }
+
+    /// Boots a server on an existing database with these options and knobs.
+    pub async fn on_database_tuned(
+        url: String,
+        ops: server::OpsOptions,
+        tuning: ledger::tuning::Tuning,
+    ) -> TestLedger {
         let tls = ops.tls.is_some();
         let options = ServerOptions {
             listen: "127.0.0.1:0".parse().unwrap(),
             database_url: url.clone(),
-            tuning: ledger::tuning::Tuning {
-                pool: ledger::storage::PoolTuning {
-                    size: 8,
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
+            tuning,
             ops,
         };
         let service_config = server::pool_config(&options).expect("the pool's settings");
@@ -156,6 +159,18 @@ impl TestLedger {
             .await
             .expect("balance")
             .into_inner()
+    }
+}
+
+/// The knobs every test server runs with unless it says otherwise: the defaults, with a
+/// pool of 8.
+pub fn test_tuning() -> ledger::tuning::Tuning {
+    ledger::tuning::Tuning {
+        pool: ledger::storage::PoolTuning {
+            size: 8,
+            ..Default::default()
+        },
+        ..Default::default()
     }
 }
 
