@@ -838,7 +838,7 @@ async fn as_of_on_the_recorded_clock_shows_the_holds_open_then_and_their_state_t
     let after = t.balance("acct:0", None).await.as_of.unwrap().recorded_at;
     let at = |r: &Option<prost_types::Timestamp>| {
         Some(pb::AsOf {
-            recorded_at: r.clone(),
+            recorded_at: *r,
             effective_at: None,
         })
     };
