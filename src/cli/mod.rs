@@ -205,7 +205,9 @@ enum Command {
     },
     /// Records one balanced posting (a client of a running server; needs --key).
     Post(crate::tools::commands::PostArgs),
-    /// Records the compensating posting of an earlier one (needs --key).
+    /// Captures a hold: moves all of it or less, releases the rest (needs --key).
+    Capture(crate::tools::commands::CaptureArgs),
+    /// Records the compensating posting of an earlier one, or releases a hold (needs --key).
     Void(crate::tools::commands::VoidArgs),
     /// Postings: get one by id or by your idempotency key.
     Posting {
@@ -475,6 +477,7 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
         Command::BenchAsOf(args) => crate::tools::bench_asof::run(args).await,
         Command::Account { command } => client(crate::tools::commands::account(command).await),
         Command::Post(args) => client(crate::tools::commands::post(args).await),
+        Command::Capture(args) => client(crate::tools::commands::capture(args).await),
         Command::Void(args) => client(crate::tools::commands::void(args).await),
         Command::Posting { command } => client(crate::tools::commands::posting(command).await),
         Command::Balance(args) => client(crate::tools::commands::balance(args).await),

@@ -1,7 +1,8 @@
 //! The CLI's write and read commands, each a client of a running server:
-//! `ledger account create|get|list`, `ledger post`, `ledger void`, `ledger posting get`,
-//! `ledger balance`. `post` and `void` need an idempotency key, as every caller of the
-//! ledger does: a retry with the same key never makes a second posting.
+//! `ledger account create|get|list`, `ledger post` (and holds), `ledger capture`,
+//! `ledger void`, `ledger posting get`, `ledger balance`. `post`, `capture` and `void` need an
+//! idempotency key, as every caller of the ledger does: a retry with the same key never makes
+//! a second posting.
 
 use super::output::{self, Format};
 use super::{parse_time, ClientArgs, ToolError};
@@ -95,6 +96,43 @@ pub struct PostArgs {
     /// Metadata entries (repeatable).
     #[arg(long = "meta", value_name = "KEY=VALUE", value_parser = parse_meta)]
     pub metadata: Vec<(String, String)>,
+    /// A hold: the legs reserve their amounts and move none, until `ledger capture`, a
+    /// `ledger void` (the release) or the expiry.
+    #[arg(long)]
+    pub hold: bool,
+    /// When the hold expires and the ledger releases it (RFC 3339 or a date; after now).
+    /// Default: never.
+    #[arg(long, value_parser = parse_time, requires = "hold")]
+    pub hold_expires_at: Option<OffsetDateTime>,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// `ledger capture`: moves a hold's money, all of it or less, and releases the rest.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CaptureArgs {
+    /// The hold to capture: its posting id.
+    #[arg(long = "hold", value_name = "POSTING_ID", required_unless_present = "hold_key")]
+    pub hold_posting_id: Option<String>,
+    /// Instead of its id: the hold you recorded under this idempotency key.
+    #[arg(long, conflicts_with = "hold_posting_id")]
+    pub hold_key: Option<String>,
+    /// The idempotency key (required), as for `ledger post`.
+    #[arg(long)]
+    pub key: Option<String>,
+    /// The legs to capture, as ACCOUNT:DIRECTION:AMOUNT: exactly the hold's accounts and
+    /// directions, in its order, each at most the held amount. None: the whole hold.
+    #[arg(value_name = "LEG")]
+    pub legs: Vec<String>,
+    /// A memo.
+    #[arg(long, default_value = "")]
+    pub memo: String,
+    /// When the capture is effective (RFC 3339 or a date); default: when it is recorded.
+    #[arg(long, value_parser = parse_time)]
+    pub effective: Option<OffsetDateTime>,
+    /// Metadata entries (repeatable).
+    #[arg(long = "meta", value_name = "KEY=VALUE", value_parser = parse_meta)]
+    pub metadata: Vec<(String, String)>,
     #[command(flatten)]
     pub common: Common,
 }
@@ -131,9 +169,25 @@ pub enum PostingCommand {
         /// Your idempotency key instead of the id.
         #[arg(long, conflicts_with = "posting_id")]
         key: Option<String>,
+        /// Recorded cut-off: the posting as the ledger knew it then (its void, a hold's
+        /// state). Default: now.
+        #[arg(long, value_parser = parse_time)]
+        as_of: Option<OffsetDateTime>,
+        /// Effective cut-off: the voids and closes effective by then. Default: the recorded
+        /// cut-off.
+        #[arg(long, value_parser = parse_time)]
+        effective: Option<OffsetDateTime>,
         #[command(flatten)]
         common: Common,
     },
+}
+
+/// A cut-off from the `--as-of` and `--effective` options (none: now).
+fn cut_off(as_of: Option<OffsetDateTime>, effective: Option<OffsetDateTime>) -> Option<pb::AsOf> {
+    (as_of.is_some() || effective.is_some()).then(|| pb::AsOf {
+        recorded_at: as_of.map(time_to_pb),
+        effective_at: effective.map(time_to_pb),
+    })
 }
 
 /// `ledger balance`: an account's balance at a cut-off.
@@ -266,6 +320,10 @@ pub fn post_request(a: &PostArgs) -> Result<pb::PostRequest, ToolError> {
         req.effective_at = Some(time_to_pb(t));
     }
     req.metadata.extend(a.metadata.iter().cloned());
+    req.hold |= a.hold;
+    if let Some(t) = a.hold_expires_at {
+        req.hold_expires_at = Some(time_to_pb(t));
+    }
     Ok(req)
 }
 
@@ -429,10 +487,62 @@ pub async fn void(a: VoidArgs) -> Result<(), ToolError> {
     )
 }
 
+/// A posting's id: given, or found by the caller's idempotency key.
+async fn posting_id(
+    client: &mut super::RawClient,
+    id: Option<String>,
+    key: Option<String>,
+    usage: &str,
+) -> Result<String, ToolError> {
+    match (id, key) {
+        (Some(id), None) => Ok(id),
+        (None, Some(k)) => {
+            let by = Some(pb::get_posting_request::By::IdempotencyKey(k));
+            let p = client
+                .get_posting(pb::GetPostingRequest { by, as_of: None })
+                .await?;
+            Ok(p.into_inner().posting_id)
+        }
+        _ => Err(ToolError(usage.into())),
+    }
+}
+
+pub async fn capture(a: CaptureArgs) -> Result<(), ToolError> {
+    let key = required_key(&a.key, "capture")?;
+    let legs = a
+        .legs
+        .iter()
+        .map(|l| parse_leg(l))
+        .collect::<Result<_, _>>()?;
+    let mut client = a.common.client.connect().await?;
+    let usage = "ledger capture takes --hold POSTING_ID or --hold-key KEY";
+    let hold_posting_id = posting_id(&mut client, a.hold_posting_id, a.hold_key, usage).await?;
+    let req = pb::CaptureRequest {
+        idempotency_key: key,
+        hold_posting_id,
+        legs,
+        effective_at: a.effective.map(time_to_pb),
+        memo: a.memo,
+        metadata: a.metadata.into_iter().collect(),
+    };
+    let r = client.capture(req).await?.into_inner();
+    let posting = r
+        .posting
+        .as_ref()
+        .map(output::posting_json)
+        .unwrap_or(Value::Null);
+    print(
+        a.common.format,
+        &json!({ "posting": posting, "replayed": r.replayed }),
+    )
+}
+
 pub async fn posting(cmd: PostingCommand) -> Result<(), ToolError> {
     let PostingCommand::Get {
         posting_id,
         key,
+        as_of,
+        effective,
         common,
     } = cmd;
     let by = match (posting_id, key) {
@@ -450,7 +560,7 @@ pub async fn posting(cmd: PostingCommand) -> Result<(), ToolError> {
         .await?
         .get_posting(pb::GetPostingRequest {
             by: Some(by),
-            as_of: None,
+            as_of: cut_off(as_of, effective),
         })
         .await?
         .into_inner();
@@ -458,10 +568,7 @@ pub async fn posting(cmd: PostingCommand) -> Result<(), ToolError> {
 }
 
 pub async fn balance(a: BalanceArgs) -> Result<(), ToolError> {
-    let as_of = (a.as_of.is_some() || a.effective.is_some()).then(|| pb::AsOf {
-        recorded_at: a.as_of.map(time_to_pb),
-        effective_at: a.effective.map(time_to_pb),
-    });
+    let as_of = cut_off(a.as_of, a.effective);
     let b = a
         .common
         .client

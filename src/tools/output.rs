@@ -61,6 +61,12 @@ pub fn posting_json(p: &pb::Posting) -> Value {
         "voidedByPostingId": p.voided_by_posting_id,
         "voidReason": p.void_reason,
         "caller": p.caller,
+        "hold": p.hold,
+        "holdExpiresAt": show_ts(&p.hold_expires_at),
+        "holdStatus": pb::HoldStatus::try_from(p.hold_status).map_or("HOLD_STATUS_UNSPECIFIED", |s| s.as_str_name()),
+        "capturedByPostingId": p.captured_by_posting_id,
+        "releasedByPostingId": p.released_by_posting_id,
+        "capturesHoldPostingId": p.captures_hold_posting_id,
     })
 }
 
@@ -72,6 +78,9 @@ pub fn balance_json(b: &pb::Balance) -> Value {
         "debits": b.debits,
         "credits": b.credits,
         "balance": b.balance,
+        "heldDebits": b.held_debits,
+        "heldCredits": b.held_credits,
+        "available": b.available,
         "asOfSequence": b.as_of_sequence.to_string(),
         "asOf": { "recordedAt": show_ts(&as_of.recorded_at), "effectiveAt": show_ts(&as_of.effective_at) },
     })

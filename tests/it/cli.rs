@@ -126,6 +126,98 @@ async fn the_cli_creates_accounts_posts_replays_voids_and_reads_a_balance() {
 }
 
 #[tokio::test]
+async fn the_cli_holds_captures_in_part_releases_and_reads_a_hold_as_of_before_its_capture() {
+    let mut t = TestLedger::start().await;
+    t.standard_accounts(2).await;
+    t.post(transfer("fund", "equity:world", "acct:0", "50.00"))
+        .await
+        .unwrap();
+    let s = t.server.as_ref().unwrap().local_addr.to_string();
+    let legs = ["acct:1:debit:20.00", "acct:0:credit:20.00"];
+    let hold = |key: &'static str| {
+        let mut a = vec!["post", "--key", key, "--hold", "--format", "json"];
+        a.extend(legs);
+        a
+    };
+    let h = json(&ledger(&hold("auth-1"), &s).await);
+    assert_eq!(h["posting"]["holdStatus"], "HOLD_STATUS_PENDING");
+    let id = h["posting"]["postingId"].as_str().unwrap().to_owned();
+    let b = json(&ledger(&["balance", "acct:0", "--format", "json"], &s).await);
+    assert_eq!(
+        (&b["heldCredits"], &b["available"]),
+        (&Value::from("20.00"), &Value::from("30.00"))
+    );
+    let open_at = b["asOf"]["recordedAt"].as_str().unwrap().to_owned();
+    let capture = [
+        "capture",
+        "--hold-key",
+        "auth-1",
+        "--key",
+        "cap-1",
+        "acct:1:debit:15.00",
+        "acct:0:credit:15.00",
+        "--format",
+        "json",
+    ];
+    let c = json(&ledger(&capture, &s).await);
+    assert_eq!(c["posting"]["capturesHoldPostingId"], id.as_str());
+    assert_eq!(json(&ledger(&capture, &s).await)["replayed"], true);
+    let then = json(
+        &ledger(
+            &[
+                "posting", "get", &id, "--as-of", &open_at, "--format", "json",
+            ],
+            &s,
+        )
+        .await,
+    );
+    assert_eq!(then["holdStatus"], "HOLD_STATUS_PENDING");
+    let now = json(&ledger(&["posting", "get", &id, "--format", "json"], &s).await);
+    assert_eq!(now["capturedByPostingId"], c["posting"]["postingId"]);
+    // A second hold, released by a void; an expiry without --hold is refused by the CLI.
+    let h2 = json(&ledger(&hold("auth-2"), &s).await);
+    let r = json(
+        &ledger(
+            &[
+                "void",
+                "--posting-key",
+                "auth-2",
+                "--key",
+                "rel-2",
+                "--format",
+                "json",
+            ],
+            &s,
+        )
+        .await,
+    );
+    assert_eq!(r["posting"]["voidsPostingId"], h2["posting"]["postingId"]);
+    let b = json(&ledger(&["balance", "acct:0", "--format", "json"], &s).await);
+    assert_eq!(
+        (&b["balance"], &b["available"]),
+        (&Value::from("35.00"), &Value::from("35.00"))
+    );
+    let out = ledger(
+        &[
+            "post",
+            "--key",
+            "x",
+            "--hold-expires-at",
+            "2030-01-01",
+            "acct:1:debit:1.00",
+            "acct:0:credit:1.00",
+        ],
+        &s,
+    )
+    .await;
+    assert!(
+        !out.status.success() && stderr(&out).contains("--hold"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[tokio::test]
 async fn a_write_without_a_key_is_refused_before_anything_is_sent_saying_why() {
     let t = TestLedger::start().await;
     let s = t.server.as_ref().unwrap().local_addr.to_string();
