@@ -20,6 +20,9 @@ pub use crate::tuning::DRAIN_TIMEOUT;
 
 /// How often health re-checks the database.
 pub const HEALTH_PROBE_INTERVAL: Duration = Duration::from_secs(2);
+/// Longest one health check may take (limit HEALTH_PROBE_TIMEOUT): a database that does not
+/// answer within it (a primary gone, a failover under way) is NOT_SERVING.
+pub const HEALTH_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Options of the gRPC server.
 #[derive(Clone, Debug)]
@@ -222,7 +225,10 @@ fn routes(
         .prepare())
 }
 
-/// Health reports SERVING while the database answers and migrations are current.
+/// Health reports SERVING while the database answers (within [`HEALTH_PROBE_TIMEOUT`]) and
+/// migrations are current; NOT_SERVING while no primary answers (the pool's connections are
+/// made with the URL's `target_session_attrs`, so a standby does not count), and SERVING again
+/// once the pool reaches the new one.
 async fn probe_health(
     pool: Pool,
     health: tonic_health::server::HealthReporter,
@@ -233,9 +239,20 @@ async fn probe_health(
         if access.draining() {
             return;
         }
-        let ok = match pool.get().await {
-            Ok(c) => matches!(storage::migrate::is_current(&c).await, Ok(true)),
-            Err(_) => false,
+        let check = async {
+            let c = pool.get().await.map_err(storage::StorageError::from)?;
+            storage::migrate::is_current(&c).await
+        };
+        let ok = match tokio::time::timeout(HEALTH_PROBE_TIMEOUT, check).await {
+            Ok(Ok(current)) => current,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "health: the database does not answer");
+                false
+            }
+            Err(_) => {
+                tracing::debug!(limit = ?HEALTH_PROBE_TIMEOUT, "health: no answer within HEALTH_PROBE_TIMEOUT");
+                false
+            }
         };
         let status = if ok {
             tonic_health::ServingStatus::Serving

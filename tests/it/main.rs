@@ -11,6 +11,7 @@ mod cli;
 mod corrupt;
 mod embedded;
 mod faults;
+mod ha;
 mod history;
 mod hostile;
 mod idempotency;

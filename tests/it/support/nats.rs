@@ -25,7 +25,7 @@ fn unique_dir(what: &str) -> PathBuf {
     dir
 }
 
-fn nats_server_bin() -> &'static str {
+pub fn nats_server_bin() -> &'static str {
     if Path::new("/usr/sbin/nats-server").exists() {
         "/usr/sbin/nats-server"
     } else {

@@ -1,0 +1,415 @@
+//! High availability on existing engines: the primary killed under load (pg_auto_failover
+//! promotes the standby; the pool finds it through the multi-host URL), an ambiguous commit at
+//! failover, a commit the server could not replicate, as-of reads served by a hot standby,
+//! and the outbox publisher through the loss of a NATS JetStream server. Real processes: a
+//! monitor and two nodes, three nats-servers (`support::ha`).
+
+use crate::faults::{is_unknown, ledger_check};
+use crate::support::ha::PgHa;
+use crate::support::*;
+use ledger::grpc::pb;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tonic::Code;
+
+/// Longest a key's retries may take to get a definite answer (limit of the test's clients).
+const SETTLE_WITHIN: Duration = Duration::from_secs(90);
+/// Longest a failover may take in these tests (HA.md measured about 10 s).
+const FAILOVER_WITHIN: Duration = Duration::from_secs(45);
+
+/// The migrated ledger database of a formation, with the service's login; its multi-host URL.
+async fn ledger_on(ha: &PgHa) -> String {
+    let url = ha.url();
+    ledger::storage::migrate(&url)
+        .await
+        .expect("migrations on the primary");
+    let admin = ledger::storage::connect(&url).await.unwrap();
+    ledger::storage::roles::ensure_service_login(&admin)
+        .await
+        .unwrap();
+    url
+}
+
+/// One attempt of a post: when it started and ended, and whether it was answered OK.
+#[derive(Clone, Copy, Debug)]
+struct Attempt {
+    began: Instant,
+    ended: Instant,
+    ok: bool,
+}
+
+/// What the load saw: every attempt, and each key's acknowledged posting (id, sequence) and
+/// the time from its first attempt to its OK.
+#[derive(Default)]
+struct Seen {
+    attempts: Vec<Attempt>,
+    acked: HashMap<String, (String, u64)>,
+    settle: Vec<Duration>,
+}
+
+/// `clients` callers each post `per_client` transfers (one key each) at most one per `pace`,
+/// retrying every unknown outcome with the same key; a definite failure panics.
+async fn paced_load(
+    addr: std::net::SocketAddr,
+    clients: usize,
+    per_client: usize,
+    pace: Duration,
+    seen: Arc<Mutex<Seen>>,
+) {
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let seen = seen.clone();
+        tasks.push(tokio::spawn(async move {
+            let ch = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+                .unwrap()
+                .connect_lazy();
+            let mut client = pb::ledger_client::LedgerClient::new(ch);
+            for j in 0..per_client {
+                let key = format!("c{c}-{j}");
+                let first = Instant::now();
+                loop {
+                    let mut req =
+                        tonic::Request::new(transfer(&key, "equity:world", "acct:0", "1.00"));
+                    req.set_timeout(Duration::from_secs(3));
+                    let began = Instant::now();
+                    let answer = client.post(req).await;
+                    let attempt = Attempt {
+                        began,
+                        ended: Instant::now(),
+                        ok: answer.is_ok(),
+                    };
+                    seen.lock().unwrap().attempts.push(attempt);
+                    match answer {
+                        Ok(r) => {
+                            let p = r.into_inner().posting.unwrap();
+                            let mut s = seen.lock().unwrap();
+                            s.acked.insert(key.clone(), (p.posting_id, p.sequence));
+                            s.settle.push(first.elapsed());
+                            break;
+                        }
+                        Err(s) if is_unknown(&s) => {
+                            assert!(first.elapsed() < SETTLE_WITHIN, "{key}: unsettled {s:?}");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                        Err(s) => panic!("{key}: a definite failure at failover: {s:?}"),
+                    }
+                }
+                tokio::time::sleep(pace).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+/// The p-th percentile of durations.
+fn percentile(v: &mut [Duration], p: f64) -> Duration {
+    v.sort();
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// From the attempts: the callers' outage after `kill`, from the first attempt that failed to
+/// the first OK that began after it.
+fn outage_after(attempts: &[Attempt], kill: Instant) -> Option<(Duration, Duration)> {
+    let first_bad = attempts
+        .iter()
+        .filter(|a| !a.ok && a.ended >= kill)
+        .map(|a| a.ended)
+        .min()?;
+    let first_ok = attempts
+        .iter()
+        .filter(|a| a.ok && a.began >= first_bad)
+        .map(|a| a.ended)
+        .min()?;
+    Some((first_bad - kill, first_ok - first_bad))
+}
+
+/// Health of the ledger service as a load balancer sees it.
+async fn health(addr: std::net::SocketAddr) -> Option<i32> {
+    let ch = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .ok()?;
+    let mut h = tonic_health::pb::health_client::HealthClient::new(ch);
+    h.check(tonic_health::pb::HealthCheckRequest {
+        service: "ledger.v1.Ledger".into(),
+    })
+    .await
+    .ok()
+    .map(|r| r.into_inner().status)
+}
+
+/// Waits until health reports `status` (at most `within`).
+async fn wait_health(
+    addr: std::net::SocketAddr,
+    status: tonic_health::ServingStatus,
+    within: Duration,
+) {
+    let deadline = Instant::now() + within;
+    loop {
+        if health(addr).await == Some(status as i32) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "health never became {status:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// After a run on a formation: one posting per key, every acknowledged posting there as it
+/// was acknowledged, the sequence gapless, `ledger check` passing on the (new) primary.
+async fn assert_nothing_acknowledged_lost(
+    url: &str,
+    keys: usize,
+    acked: &HashMap<String, (String, u64)>,
+) {
+    let db = ledger::storage::connect(url).await.unwrap();
+    let rows = db
+        .query(
+            "SELECT idempotency_key, posting_id::text, sequence FROM postings",
+            &[],
+        )
+        .await
+        .unwrap();
+    let stored: HashMap<String, (String, u64)> = rows
+        .iter()
+        .map(|r| (r.get(0), (r.get(1), r.get::<_, i64>(2) as u64)))
+        .collect();
+    assert_eq!(rows.len(), keys, "one posting per key");
+    assert_eq!(stored.len(), keys, "no key posted twice");
+    for (key, posting) in acked {
+        assert_eq!(
+            stored.get(key),
+            Some(posting),
+            "acknowledged {key} missing or changed"
+        );
+    }
+    let (n, max): (i64, Option<i64>) = db
+        .query_one("SELECT count(*), max(sequence) FROM postings", &[])
+        .await
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!(Some(n), max, "the sequence is gapless");
+    let (ok, report) = ledger_check(url).await;
+    assert!(ok, "ledger check on the new primary:\n{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_primary_sigkilled_twice_under_load_loses_no_acknowledged_posting_and_the_ledger_carries_on(
+) {
+    let ha = PgHa::start().await;
+    let url = ledger_on(&ha).await;
+    let mut t = TestLedger::on_database(url.clone()).await;
+    world_and_one_account(&mut t.client).await;
+    let addr = t.server.as_ref().unwrap().local_addr;
+    let (clients, per_client) = (12, 40);
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let run = tokio::spawn(paced_load(
+        addr,
+        clients,
+        per_client,
+        Duration::from_millis(60),
+        seen.clone(),
+    ));
+    let mut kills = Vec::new();
+    for round in 0..2 {
+        let before = seen.lock().unwrap().acked.len();
+        while seen.lock().unwrap().acked.len() < before + 40 {
+            assert!(!run.is_finished(), "the load ended before kill {round}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let primary = ha.primary().await;
+        let kill = Instant::now();
+        ha.kill(primary);
+        kills.push(kill);
+        wait_health(
+            addr,
+            tonic_health::ServingStatus::NotServing,
+            FAILOVER_WITHIN,
+        )
+        .await;
+        let other = format!("node{}=primary/primary", 2 - primary);
+        let want = [
+            format!("node1=demoted/catchingup {other}"),
+            format!("{other} node2=demoted/catchingup"),
+            format!("node1=primary/demoted node2=wait_primary/wait_primary"),
+            format!("node1=wait_primary/wait_primary node2=primary/demoted"),
+        ];
+        let want: Vec<&str> = want.iter().map(String::as_str).collect();
+        ha.wait_for(&want, FAILOVER_WITHIN).await;
+        wait_health(addr, tonic_health::ServingStatus::Serving, FAILOVER_WITHIN).await;
+        eprintln!(
+            "kill {round}: node{} promoted, health SERVING again after {:?}",
+            2 - primary,
+            kill.elapsed()
+        );
+        ha.restart(primary);
+        let rejoined = [
+            "node1=primary/primary node2=secondary/secondary",
+            "node1=secondary/secondary node2=primary/primary",
+        ];
+        ha.wait_for(&rejoined, FAILOVER_WITHIN).await;
+        eprintln!(
+            "kill {round}: node{} rejoined as a standby after {:?}",
+            primary + 1,
+            kill.elapsed()
+        );
+    }
+    run.await.unwrap();
+    let mut seen = Arc::try_unwrap(seen).ok().unwrap().into_inner().unwrap();
+    for (i, kill) in kills.iter().enumerate() {
+        let (until_bad, outage) =
+            outage_after(&seen.attempts, *kill).expect("the kill cut requests off");
+        eprintln!("kill {i}: first failed answer {until_bad:?} after the kill, first OK {outage:?} after that");
+    }
+    let p50 = percentile(&mut seen.settle, 0.5);
+    let p99 = percentile(&mut seen.settle, 0.99);
+    eprintln!(
+        "posts across two failovers (first attempt to OK): p50 {p50:?} p99 {p99:?}, {} attempts",
+        seen.attempts.len()
+    );
+    assert_nothing_acknowledged_lost(&url, clients * per_client, &seen.acked).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_in_flight_when_the_primary_dies_answers_unavailable_and_its_retry_posts_once() {
+    let ha = PgHa::start().await;
+    let url = ledger_on(&ha).await;
+    let mut t = TestLedger::on_database(url.clone()).await;
+    world_and_one_account(&mut t.client).await;
+    t.post(transfer("before", "equity:world", "acct:0", "1.00"))
+        .await
+        .unwrap();
+    // The standby hangs: the primary's commits wait for it (synchronous replication).
+    ha.freeze(1, true);
+    let mut c = t.new_client().await;
+    let pending = tokio::spawn(async move {
+        c.post(transfer("in-flight", "equity:world", "acct:0", "7.00"))
+            .await
+    });
+    let primary = ledger::storage::connect(&ha.node_url(0)).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting: i64 = primary
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the batch's commit never waited for the standby"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The batch is committed on the primary alone and waits: the primary dies now.
+    ha.kill(0);
+    ha.freeze(1, false);
+    let err = pending
+        .await
+        .unwrap()
+        .expect_err("a batch cut off by the failover is never OK");
+    assert_error(&err, Code::Unavailable, "STORAGE_UNAVAILABLE");
+    let retried = Instant::now();
+    let deadline = retried + FAILOVER_WITHIN;
+    let answer = loop {
+        match t
+            .post(transfer("in-flight", "equity:world", "acct:0", "7.00"))
+            .await
+        {
+            Err(s) if is_unknown(&s) && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            other => break other.expect("the retry settles it on the new primary"),
+        }
+    };
+    eprintln!(
+        "the retry settled after {:?} (replayed: {})",
+        retried.elapsed(),
+        answer.replayed
+    );
+    assert_eq!(t.count("postings").await, 2);
+    assert_eq!(t.balance("acct:0", None).await.balance, "8.00");
+    // The old primary rejoins (pg_rewind takes back what only it had); the ledger agrees.
+    ha.restart(0);
+    ha.wait_for(
+        &["node1=secondary/secondary node2=primary/primary"],
+        FAILOVER_WITHIN,
+    )
+    .await;
+    let again = t
+        .post(transfer("in-flight", "equity:world", "acct:0", "7.00"))
+        .await
+        .unwrap();
+    assert!(again.replayed);
+    let (ok, report) = ledger_check(&url).await;
+    assert!(ok, "{report}");
+}
+
+#[tokio::test]
+async fn a_commit_whose_wait_for_the_standby_is_cancelled_answers_unavailable_not_ok() {
+    let (pg, url) = pg::private_cluster().await;
+    let mut t = TestLedger::on_database(url.clone()).await;
+    t.standard_accounts(1).await;
+    let admin = ledger::storage::connect(&url).await.unwrap();
+    // Commits now wait for a standby that does not exist.
+    for sql in [
+        "ALTER SYSTEM SET synchronous_standby_names = 'ghost'",
+        "SELECT pg_reload_conf()",
+    ] {
+        admin.batch_execute(sql).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut c = t.new_client().await;
+    let pending = tokio::spawn(async move {
+        c.post(transfer("local-only", "equity:world", "acct:0", "3.00"))
+            .await
+    });
+    // Cancel (not terminate) the commit's wait: PostgreSQL then answers COMMIT with success
+    // and a WARNING that it "might not have been replicated".
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let cancelled: i64 = admin
+            .query_one(
+                "SELECT count(pg_cancel_backend(pid)) FROM pg_stat_activity WHERE wait_event = 'SyncRep'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if cancelled > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the commit never waited for the standby"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let err = pending
+        .await
+        .unwrap()
+        .expect_err("a commit on the primary alone is not an acknowledged posting");
+    assert_error(&err, Code::Unavailable, "STORAGE_UNAVAILABLE");
+    for sql in [
+        "ALTER SYSTEM RESET synchronous_standby_names",
+        "SELECT pg_reload_conf()",
+    ] {
+        admin.batch_execute(sql).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let retry = t
+        .post(transfer("local-only", "equity:world", "acct:0", "3.00"))
+        .await
+        .unwrap();
+    assert!(retry.replayed, "the batch had committed locally");
+    assert_eq!(t.count("postings").await, 1);
+    drop(pg);
+}
