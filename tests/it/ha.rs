@@ -48,25 +48,28 @@ struct Seen {
     settle: Vec<Duration>,
 }
 
-/// `clients` callers each post `per_client` transfers (one key each) at most one per `pace`,
-/// retrying every unknown outcome with the same key; a definite failure panics.
+/// `clients` callers each post transfers (a new key each, at most one per `pace`) until
+/// `stop`, retrying every unknown outcome with the same key, so every key they began settles;
+/// a definite failure panics. Returns how many keys they posted.
 async fn paced_load(
     addr: std::net::SocketAddr,
     clients: usize,
-    per_client: usize,
     pace: Duration,
     seen: Arc<Mutex<Seen>>,
-) {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> usize {
     let mut tasks = Vec::new();
     for c in 0..clients {
-        let seen = seen.clone();
+        let (seen, stop) = (seen.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
             let ch = tonic::transport::Channel::from_shared(format!("http://{addr}"))
                 .unwrap()
                 .connect_lazy();
             let mut client = pb::ledger_client::LedgerClient::new(ch);
-            for j in 0..per_client {
+            let mut j = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let key = format!("c{c}-{j}");
+                j += 1;
                 let first = Instant::now();
                 loop {
                     let mut req =
@@ -97,11 +100,14 @@ async fn paced_load(
                 }
                 tokio::time::sleep(pace).await;
             }
+            j
         }));
     }
+    let mut keys = 0;
     for t in tasks {
-        t.await.unwrap();
+        keys += t.await.unwrap();
     }
+    keys
 }
 
 /// The p-th percentile of durations.
@@ -204,15 +210,10 @@ async fn the_primary_sigkilled_twice_under_load_loses_no_acknowledged_posting_an
     let mut t = TestLedger::on_database(url.clone()).await;
     world_and_one_account(&mut t.client).await;
     let addr = t.server.as_ref().unwrap().local_addr;
-    let (clients, per_client) = (12, 40);
     let seen = Arc::new(Mutex::new(Seen::default()));
-    let run = tokio::spawn(paced_load(
-        addr,
-        clients,
-        per_client,
-        Duration::from_millis(60),
-        seen.clone(),
-    ));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pace = Duration::from_millis(20);
+    let run = tokio::spawn(paced_load(addr, 12, pace, seen.clone(), stop.clone()));
     let mut kills = Vec::new();
     for round in 0..2 {
         let before = seen.lock().unwrap().acked.len();
@@ -257,7 +258,13 @@ async fn the_primary_sigkilled_twice_under_load_loses_no_acknowledged_posting_an
             kill.elapsed()
         );
     }
-    run.await.unwrap();
+    // Some more load on the formation as it is now, then every key settles.
+    let after = seen.lock().unwrap().acked.len();
+    while seen.lock().unwrap().acked.len() < after + 40 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let keys = run.await.unwrap();
     let mut seen = Arc::try_unwrap(seen).ok().unwrap().into_inner().unwrap();
     for (i, kill) in kills.iter().enumerate() {
         let (until_bad, outage) =
@@ -270,7 +277,12 @@ async fn the_primary_sigkilled_twice_under_load_loses_no_acknowledged_posting_an
         "posts across two failovers (first attempt to OK): p50 {p50:?} p99 {p99:?}, {} attempts",
         seen.attempts.len()
     );
-    assert_nothing_acknowledged_lost(&url, clients * per_client, &seen.acked).await;
+    assert_eq!(
+        seen.acked.len(),
+        keys,
+        "every key was answered OK in the end"
+    );
+    assert_nothing_acknowledged_lost(&url, keys, &seen.acked).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
