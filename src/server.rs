@@ -52,6 +52,9 @@ pub struct OpsOptions {
     /// The login user of the pool's connections instead of the URL's, whose user (the owner)
     /// runs the migrations: [`storage::roles::SERVICE_LOGIN`] with the embedded PostgreSQL.
     pub db_login: Option<String>,
+    /// `--replica-url`: hot standbys that answer the as-of reads they can prove (each URL one
+    /// read pool; a URL may name several hosts). Their connections log in as the pool's do.
+    pub replica_urls: Vec<String>,
 }
 
 /// TLS material in PEM.
@@ -162,7 +165,8 @@ pub async fn start(opts: ServerOptions) -> Result<RunningServer, crate::BoxError
         }
         None => (None, None, None),
     };
-    let ledger = Arc::new(Ledger::new(pool.clone(), observer, &opts.tuning).await?);
+    let replicas = replicas(&ops, &opts.tuning, &pool)?;
+    let ledger = Arc::new(Ledger::new(pool.clone(), replicas, observer, &opts.tuning).await?);
 
     let mtls = ops.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
     let access_enabled = ops.auth.is_some() || mtls;
@@ -202,6 +206,35 @@ pub async fn start(opts: ServerOptions) -> Result<RunningServer, crate::BoxError
         transport,
         drain_timeout: opts.tuning.drain_timeout,
     })
+}
+
+/// The standbys' read pools (connections made lazily, so a standby that is down delays
+/// nothing at start).
+fn replicas(
+    ops: &OpsOptions,
+    tuning: &Tuning,
+    primary: &Pool,
+) -> Result<Arc<crate::service::Replicas>, storage::StorageError> {
+    let pools = ops
+        .replica_urls
+        .iter()
+        .map(|url| {
+            storage::replica::replica_pool(
+                url,
+                ops.db_login.as_deref(),
+                ops.db_role.as_deref(),
+                &tuning.replicas,
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    for p in &pools {
+        tracing::info!(standby = %p.name, "as-of reads this standby has replayed are served there");
+    }
+    Ok(crate::service::Replicas::new(
+        pools,
+        primary.clone(),
+        tuning.replicas,
+    ))
 }
 
 /// What the transport serves: health and reflection (v1, and v1alpha for grpcurl 1.8) open,

@@ -5,6 +5,7 @@
 //! them and checks the ones that depend on each other. The contract's limits (legs, memo,
 //! page size …) are not knobs: they are in `domain::limits`.
 
+use crate::storage::replica::ReplicaTuning;
 use crate::storage::PoolTuning;
 use crate::transport::TransportLimits;
 use crate::writer::WriterTuning;
@@ -23,6 +24,8 @@ pub struct Tuning {
     /// Longest wait for in-flight requests at shutdown.
     pub drain_timeout: Duration,
     pub transport: TransportLimits,
+    /// The hot standbys' read pools (`--replica-url`).
+    pub replicas: ReplicaTuning,
 }
 
 impl Default for Tuning {
@@ -33,6 +36,7 @@ impl Default for Tuning {
             accounts_cached_max: crate::domain::account::AccountCache::MAX_CACHED_ACCOUNTS,
             drain_timeout: DRAIN_TIMEOUT,
             transport: TransportLimits::default(),
+            replicas: ReplicaTuning::default(),
         }
     }
 }
@@ -49,6 +53,7 @@ impl Tuning {
     pub fn check(&self) -> Result<(), String> {
         self.writer.check()?;
         self.transport.check()?;
+        self.replicas.check()?;
         if self.pool.size <= self.writer.lanes {
             return Err(format!(
                 "the pool ({} connections, --pool-size) must have more than WRITER_LANES ({}): each lane holds one",

@@ -239,6 +239,16 @@ struct OpsArgs {
     /// Address of the Prometheus endpoint (`/metrics`); off without it.
     #[arg(long, env = "LEDGER_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
+    /// A hot standby (PostgreSQL URL, one host or several, `sslmode` as for --database-url)
+    /// that answers the as-of reads it has replayed (GetBalance, ListBalances, ListEntries);
+    /// everything else, and whatever it cannot prove, goes to the primary. Repeat for several
+    /// standbys (the environment variable holds one URL).
+    #[arg(
+        long = "replica-url",
+        env = "LEDGER_REPLICA_URL",
+        hide_env_values = true
+    )]
+    replica_urls: Vec<String>,
     /// Database role the service acts as (`SET ROLE`). Default: `ledger_app` with the embedded
     /// PostgreSQL (whose pool logs in as `ledger_svc`; migrations run as `postgres`), none with
     /// --database-url (whose user is the service's login); "" for none.
@@ -287,6 +297,12 @@ impl OpsArgs {
             metrics_listen: self.metrics_listen,
             db_role,
             db_login,
+            replica_urls: self
+                .replica_urls
+                .iter()
+                .filter(|u| !u.trim().is_empty())
+                .cloned()
+                .collect(),
         })
     }
 }

@@ -9,6 +9,7 @@ pub mod fixture;
 pub mod migrate;
 pub mod outbox;
 pub mod read;
+pub mod replica;
 pub mod roles;
 pub mod tls;
 

@@ -425,3 +425,269 @@ async fn a_commit_whose_wait_for_the_standby_is_cancelled_answers_unavailable_no
     assert_eq!(t.count("postings").await, 1);
     drop(pg);
 }
+
+/// A recorded or effective time of a posting.
+fn time_of(t: &Option<prost_types::Timestamp>) -> time::OffsetDateTime {
+    ledger::grpc::convert::time_from_pb("time", t.as_ref().unwrap()).unwrap()
+}
+
+fn as_of(r: Option<time::OffsetDateTime>, e: Option<time::OffsetDateTime>) -> Option<pb::AsOf> {
+    let ts = ledger::grpc::convert::time_to_pb;
+    Some(pb::AsOf {
+        recorded_at: r.map(ts),
+        effective_at: e.map(ts),
+    })
+}
+
+/// The as-of reads of a cut-off: every account's balance, the trial balance, acct:1's
+/// statement, each as its server answered it (or its error code).
+async fn reads_at(
+    c: &mut pb::ledger_client::LedgerClient<tonic::transport::Channel>,
+    at: Option<pb::AsOf>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for a in ["equity:world", "acct:0", "acct:1"] {
+        let b = c
+            .get_balance(pb::GetBalanceRequest {
+                account: a.into(),
+                as_of: at,
+            })
+            .await;
+        out.push(format!(
+            "{:?}",
+            b.map(|r| r.into_inner()).map_err(|s| s.code())
+        ));
+    }
+    let tb = c
+        .list_balances(pb::ListBalancesRequest {
+            prefix: String::new(),
+            as_of: at,
+            page_size: 0,
+            page_token: String::new(),
+        })
+        .await;
+    out.push(format!(
+        "{:?}",
+        tb.map(|r| r.into_inner()).map_err(|s| s.code())
+    ));
+    let st = c
+        .list_entries(pb::ListEntriesRequest {
+            account: "acct:1".into(),
+            as_of: at,
+            page_size: 0,
+            page_token: String::new(),
+        })
+        .await;
+    out.push(format!(
+        "{:?}",
+        st.map(|r| r.into_inner()).map_err(|s| s.code())
+    ));
+    out
+}
+
+/// As-of reads the standby served, failed, or passed to the primary as behind.
+async fn standby_reads(metrics: std::net::SocketAddr, standby: &str) -> (f64, f64) {
+    let text = crate::ops::scrape(metrics).await;
+    let n = |result| {
+        crate::ops::sample(
+            &text,
+            "ledger_standby_reads_total",
+            &[("standby", standby), ("result", result)],
+        )
+    };
+    (n("served"), n("behind"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn as_of_reads_served_by_the_standby_equal_the_primarys_and_a_standby_behind_or_stopped_is_passed_over(
+) {
+    let ha = PgHa::start().await;
+    let url = ledger_on(&ha).await;
+    // The primary alone, and a server reading from node2 (the standby) where it can.
+    let mut primary = TestLedger::on_database(url.clone()).await;
+    let ops = ledger::server::OpsOptions {
+        replica_urls: vec![ha.node_url(1)],
+        metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
+        ..app_role_ops()
+    };
+    let routed = TestLedger::on_database_with(url.clone(), ops).await;
+    let metrics = routed.server.as_ref().unwrap().metrics_addr.unwrap();
+    let standby = format!("127.0.0.1:{}", ha.ports[1]);
+    primary.standard_accounts(2).await;
+    // A run of batches: back-dated, future-dated and current postings, some sent together.
+    let now = time::OffsetDateTime::now_utc();
+    let mut postings = Vec::new();
+    for i in 0..12i64 {
+        let mut batch = Vec::new();
+        for j in 0..(1 + i % 3) {
+            let mut req = transfer(
+                &format!("p{i}-{j}"),
+                "equity:world",
+                &format!("acct:{}", j % 2),
+                &format!("{}.00", i + 1),
+            );
+            req.effective_at = match i % 3 {
+                0 => None,
+                1 => Some(ledger::grpc::convert::time_to_pb(
+                    now - time::Duration::hours(i),
+                )),
+                _ => Some(ledger::grpc::convert::time_to_pb(
+                    now + time::Duration::minutes(i),
+                )),
+            };
+            let mut c = primary.new_client().await;
+            batch.push(tokio::spawn(async move {
+                c.post(req).await.unwrap().into_inner()
+            }));
+        }
+        for b in batch {
+            postings.push(b.await.unwrap().posting.unwrap());
+        }
+    }
+    let last = postings.iter().map(|p| p.sequence).max().unwrap();
+    let node2 = ledger::storage::connect(&ha.node_url(1)).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let replayed = async || -> i64 {
+        node2
+            .query_one("SELECT last_sequence FROM ledger_state", &[])
+            .await
+            .unwrap()
+            .get(0)
+    };
+    while replayed().await < last as i64 {
+        assert!(
+            Instant::now() < deadline,
+            "the standby never replayed the run"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let text = crate::ops::scrape(metrics).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while crate::ops::sample(
+        &crate::ops::scrape(metrics).await,
+        "ledger_standby_up",
+        &[("standby", &standby)],
+    ) != 1.0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the probe never found the standby usable:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // The sweep: before, at and after every batch on the recorded clock; effective cut-offs
+    // before, at and after every back- and future-dated posting.
+    let mut recorded: Vec<_> = postings.iter().map(|p| time_of(&p.recorded_at)).collect();
+    let mut effective: Vec<_> = postings.iter().map(|p| time_of(&p.effective_at)).collect();
+    recorded.dedup();
+    effective.sort();
+    effective.dedup();
+    let us = time::Duration::microseconds(1);
+    let first = recorded[0];
+    let last_recorded = *recorded.last().unwrap();
+    let mut cuts: Vec<Option<pb::AsOf>> =
+        vec![as_of(Some(first - time::Duration::hours(48)), None)];
+    for r in &recorded {
+        for r in [*r - us, *r, *r + us] {
+            cuts.push(as_of(Some(r), None));
+        }
+    }
+    for e in effective.iter().step_by(2) {
+        for e in [*e - us, *e, *e + us] {
+            cuts.push(as_of(Some(last_recorded), Some(e)));
+            cuts.push(as_of(Some(recorded[recorded.len() / 2]), Some(e)));
+        }
+    }
+    let provable = cuts
+        .iter()
+        .filter(|c| {
+            c.as_ref()
+                .unwrap()
+                .recorded_at
+                .as_ref()
+                .map(|t| time_of(&Some(*t)))
+                <= Some(last_recorded)
+        })
+        .count() as f64;
+    let (served0, _) = standby_reads(metrics, &standby).await;
+    let mut a = primary.new_client().await;
+    let mut b = routed.new_client().await;
+    for cut in &cuts {
+        assert_eq!(
+            reads_at(&mut b, *cut).await,
+            reads_at(&mut a, *cut).await,
+            "at {cut:?}"
+        );
+    }
+    let (served, _) = standby_reads(metrics, &standby).await;
+    // Five reads per cut-off (3 balances, a trial balance, a statement).
+    assert_eq!(
+        served - served0,
+        provable * 5.0,
+        "every provable read was served by the standby"
+    );
+
+    // A standby behind: its replay paused, newer cut-offs go to the primary.
+    node2
+        .batch_execute("SELECT pg_wal_replay_pause()")
+        .await
+        .unwrap();
+    let newer = primary
+        .post(transfer("newer", "equity:world", "acct:1", "50.00"))
+        .await
+        .unwrap()
+        .posting
+        .unwrap();
+    let (served0, behind0) = standby_reads(metrics, &standby).await;
+    let cut = as_of(Some(time_of(&newer.recorded_at)), None);
+    assert_eq!(reads_at(&mut b, cut).await, reads_at(&mut a, cut).await);
+    // Without a cut-off: the primary's head is the cut-off, and the standby does not have it.
+    let now = reads_at(&mut b, None).await;
+    assert!(now.iter().all(|r| r.starts_with("Ok(")), "{now:?}");
+    let head = b
+        .get_balance(pb::GetBalanceRequest {
+            account: "acct:1".into(),
+            as_of: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        head.as_of_sequence >= newer.sequence,
+        "the read saw the newest posting"
+    );
+    let (served, behind) = standby_reads(metrics, &standby).await;
+    assert_eq!(
+        served, served0,
+        "no read newer than the standby's replay was served there"
+    );
+    assert_eq!(behind - behind0, 11.0, "each went to the primary as behind");
+    node2
+        .batch_execute("SELECT pg_wal_replay_resume()")
+        .await
+        .unwrap();
+
+    // A standby that hangs, then one that is gone: reads are answered, within the limits.
+    for fault in ["frozen", "killed"] {
+        if fault == "frozen" {
+            ha.freeze(1, true);
+        } else {
+            ha.freeze(1, false);
+            ha.kill(1);
+        }
+        for cut in cuts.iter().step_by(7) {
+            let began = Instant::now();
+            assert_eq!(
+                reads_at(&mut b, *cut).await,
+                reads_at(&mut a, *cut).await,
+                "{fault}, at {cut:?}"
+            );
+            assert!(
+                began.elapsed() < Duration::from_secs(8),
+                "{fault}: the reads took {:?}",
+                began.elapsed()
+            );
+        }
+    }
+}

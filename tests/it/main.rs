@@ -15,7 +15,7 @@ mod ha;
 mod history;
 mod hostile;
 mod idempotency;
-mod ops;
+pub mod ops;
 mod outbox;
 mod pages;
 mod pipes;
