@@ -691,3 +691,125 @@ async fn as_of_reads_served_by_the_standby_equal_the_primarys_and_a_standby_behi
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_leader_sigkilled_while_events_flow_leaves_every_event_once_in_order_on_all_three_servers(
+) {
+    use crate::support::ha::NatsCluster;
+    use crate::support::nats::{read_stream_at, wait_delivered, Relay};
+    let nats = NatsCluster::start().await;
+    let mut t = TestLedger::start().await;
+    t.standard_accounts(2).await;
+    let relay = Relay::start(
+        &t.database_url,
+        &nats.urls(),
+        &["--nats-replicas", "3"],
+        None,
+    );
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut posters = Vec::new();
+    for w in 0..2 {
+        let (mut c, stop) = (t.new_client().await, stop.clone());
+        posters.push(tokio::spawn(async move {
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let req = transfer(
+                    &format!("w{w}-{n}"),
+                    "equity:world",
+                    &format!("acct:{w}"),
+                    "0.01",
+                );
+                c.post(req).await.unwrap();
+                n += 1;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            n
+        }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let leader = loop {
+        if let Some(l) = nats.stream_leader(ledger::outbox::STREAM).await {
+            break l;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no stream leader; relay log:\n{}",
+            relay.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let published = async || {
+        crate::support::nats::backlog(&t.database_url)
+            .await
+            .published_sequence
+    };
+    let before = published().await;
+    let kill = Instant::now();
+    nats.kill(leader);
+    // The publisher's view of the leader change: until its progress moves again.
+    let deadline = kill + Duration::from_secs(30);
+    let stalled_at = published().await;
+    while published().await <= stalled_at {
+        assert!(
+            Instant::now() < deadline,
+            "no event acknowledged after the leader died:\n{}",
+            relay.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!(
+        "stream leader n{leader} SIGKILLed (progress {before}): the publisher's next acknowledged event {:?} later",
+        kill.elapsed()
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    nats.restart(leader).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut posted = 0;
+    for p in posters {
+        posted += p.await.unwrap();
+    }
+    wait_delivered(&t.database_url, Duration::from_secs(30)).await;
+    let journal: Vec<(i64, String)> = t
+        .db()
+        .await
+        .query(
+            "SELECT sequence, posting_id::text FROM postings ORDER BY sequence",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(journal.len(), posted);
+    let events = read_stream_at(&nats.urls()).await;
+    let got: Vec<(i64, String)> = events
+        .iter()
+        .map(|e| (e.posting.sequence as i64, e.msg_id.clone()))
+        .collect();
+    assert_eq!(
+        got, journal,
+        "every posting's event once, in sequence order"
+    );
+    // Each server's own copy of the stream: the same messages, the restarted one caught up.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let states: Vec<_> = futures_util::future::join_all(
+            (0..3).map(|i| nats.stream_state(i, ledger::outbox::STREAM)),
+        )
+        .await;
+        let want = Some((posted as u64, 1, posted as u64));
+        if states
+            .iter()
+            .all(|s| s.map(|(m, f, l, _)| (m, f, l)) == want)
+            && states.windows(2).all(|w| w[0] == w[1])
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the servers' copies differ: {states:?} (want {want:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
