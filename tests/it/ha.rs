@@ -235,8 +235,8 @@ async fn the_primary_sigkilled_twice_under_load_loses_no_acknowledged_posting_an
         let want = [
             format!("node1=demoted/catchingup {other}"),
             format!("{other} node2=demoted/catchingup"),
-            format!("node1=primary/demoted node2=wait_primary/wait_primary"),
-            format!("node1=wait_primary/wait_primary node2=primary/demoted"),
+            "node1=primary/demoted node2=wait_primary/wait_primary".to_owned(),
+            "node1=wait_primary/wait_primary node2=primary/demoted".to_owned(),
         ];
         let want: Vec<&str> = want.iter().map(String::as_str).collect();
         ha.wait_for(&want, FAILOVER_WITHIN).await;
