@@ -580,6 +580,7 @@ async fn as_of_reads_served_by_the_standby_equal_the_primarys_and_a_standby_behi
     // before, at and after every back- and future-dated posting.
     let mut recorded: Vec<_> = postings.iter().map(|p| time_of(&p.recorded_at)).collect();
     let mut effective: Vec<_> = postings.iter().map(|p| time_of(&p.effective_at)).collect();
+    recorded.sort();
     recorded.dedup();
     effective.sort();
     effective.dedup();
@@ -811,5 +812,72 @@ async fn the_stream_leader_sigkilled_while_events_flow_leaves_every_event_once_i
             "the servers' copies differ: {states:?} (want {want:?})"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The measurement of docs/production.md: GetBalance at recorded cut-offs, 16 concurrent
+/// callers for 10 s each, from the primary alone and from a server reading on the standby.
+/// `cargo test --release --test it ha::measure -- --ignored --nocapture`
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "a measurement: run with --ignored --nocapture"]
+async fn measure_as_of_get_balance_throughput_primary_alone_and_with_the_standby() {
+    let ha = PgHa::start().await;
+    let url = ledger_on(&ha).await;
+    let mut primary = TestLedger::on_database(url.clone()).await;
+    let ops = ledger::server::OpsOptions {
+        replica_urls: vec![ha.node_url(1)],
+        ..app_role_ops()
+    };
+    let routed = TestLedger::on_database_with(url.clone(), ops).await;
+    primary.standard_accounts(4).await;
+    let mut cuts = Vec::new();
+    for i in 0..400 {
+        let p = primary
+            .post(transfer(
+                &format!("m{i}"),
+                "equity:world",
+                &format!("acct:{}", i % 4),
+                "1.00",
+            ))
+            .await
+            .unwrap()
+            .posting
+            .unwrap();
+        cuts.push(time_of(&p.recorded_at));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for (name, t) in [
+        ("primary alone", &primary),
+        ("primary + standby", &routed),
+        ("primary alone", &primary),
+        ("primary + standby", &routed),
+    ] {
+        let stop = Instant::now() + Duration::from_secs(10);
+        let mut tasks = Vec::new();
+        for w in 0..16usize {
+            let (mut c, cuts) = (t.new_client().await, cuts.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut n = 0usize;
+                while Instant::now() < stop {
+                    let r = cuts[(n * 7 + w) % cuts.len()];
+                    c.get_balance(pb::GetBalanceRequest {
+                        account: format!("acct:{}", n % 4),
+                        as_of: as_of(Some(r), None),
+                    })
+                    .await
+                    .unwrap();
+                    n += 1;
+                }
+                n
+            }));
+        }
+        let mut n = 0;
+        for t in tasks {
+            n += t.await.unwrap();
+        }
+        eprintln!(
+            "GetBalance at a recorded cut-off, 16 callers, {name}: {:.0}/s",
+            n as f64 / 10.0
+        );
     }
 }
