@@ -2,7 +2,10 @@
 # Installs the system packages the ledger's tests, benchmarks and default mode need, if missing:
 #   - PostgreSQL server binaries (initdb, pg_ctl, postgres, psql, pgbench) from the Debian
 #     packages postgresql + postgresql-contrib (pgbench ships in postgresql-<major>);
-#   - nats-server.
+#   - nats-server;
+#   - pg_auto_failover (pg_autoctl and the monitor's extension for PostgreSQL 15) for the
+#     high-availability tests and scripts/ha-demo.sh: postgresql-15-auto-failover,
+#     pg-auto-failover-cli.
 # Idempotent: does nothing (and runs no apt-get at all) when everything is there. Meant for a
 # Debian 12 machine, run as root (or with sudo available).
 #
@@ -17,6 +20,8 @@ have_pg_server() { compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; }
 have_pgbench() { compgen -G '/usr/lib/postgresql/*/bin/pgbench' >/dev/null || command -v pgbench >/dev/null 2>&1; }
 have_psql() { compgen -G '/usr/lib/postgresql/*/bin/psql' >/dev/null || command -v psql >/dev/null 2>&1; }
 have_nats() { command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ]; }
+have_autoctl() { command -v pg_autoctl >/dev/null 2>&1; }
+have_autofailover_ext() { [ -e /usr/share/postgresql/15/extension/pgautofailover.control ]; }
 
 packages=()
 if have_pg_server && have_pgbench && have_psql; then
@@ -30,6 +35,12 @@ if have_nats; then
 else
     log "nats-server missing"
     packages+=(nats-server)
+fi
+if have_autoctl && have_autofailover_ext; then
+    log "pg_auto_failover present: $(command -v pg_autoctl)"
+else
+    log "pg_auto_failover (pg_autoctl, extension pgautofailover for PostgreSQL 15) missing"
+    packages+=(postgresql-15-auto-failover pg-auto-failover-cli)
 fi
 
 if [ "${#packages[@]}" -eq 0 ]; then
@@ -69,6 +80,8 @@ have_pg_server || missing+=("initdb (/usr/lib/postgresql/*/bin)")
 have_pgbench || missing+=(pgbench)
 have_psql || missing+=(psql)
 have_nats || missing+=(nats-server)
+have_autoctl || missing+=(pg_autoctl)
+have_autofailover_ext || missing+=("pgautofailover (PostgreSQL 15 extension)")
 if [ "${#missing[@]}" -ne 0 ]; then
     log "still missing after install: ${missing[*]}" >&2
     exit 1

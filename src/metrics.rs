@@ -29,6 +29,20 @@ pub const OUTBOX_OLDEST_AGE: &str = "ledger_outbox_oldest_event_age_seconds";
 /// Journal rows found breaking an invariant by a read or a write batch (counter; anything
 /// above 0 means someone wrote the database behind the ledger's back: run `ledger check`).
 pub const JOURNAL_CORRUPT: &str = "ledger_journal_corrupt_rows_total";
+/// As-of reads (GetBalance, ListBalances, ListEntries) by where they were served: `primary`
+/// or `standby` (counter).
+pub const ASOF_READS: &str = "ledger_asof_reads_total";
+/// As-of reads offered to each standby by result: `served`, or passed to the primary because
+/// it was `behind` the cut-off or `unavailable` (down, slow, failing) (counter).
+pub const STANDBY_READS: &str = "ledger_standby_reads_total";
+/// A standby's replay lag in seconds: since the last transaction it replayed committed on the
+/// primary, 0 once it has replayed all it received (gauge).
+pub const STANDBY_LAG_SECONDS: &str = "ledger_standby_replay_lag_seconds";
+/// A standby's replay lag in the ledger's sequences: the primary's last sequence minus the
+/// standby's copy of it (gauge).
+pub const STANDBY_LAG_SEQUENCES: &str = "ledger_standby_replay_lag_sequences";
+/// 1 while a standby answers its probe and is in recovery, else 0 (gauge).
+pub const STANDBY_UP: &str = "ledger_standby_up";
 /// Database pool connections (gauges).
 pub const POOL_MAX: &str = "ledger_db_pool_max_connections";
 pub const POOL_OPEN: &str = "ledger_db_pool_open_connections";
@@ -89,6 +103,24 @@ fn describe() {
         metrics::Unit::Seconds,
         "age of the oldest unpublished outbox event (0 when none)"
     );
+    metrics::describe_counter!(
+        ASOF_READS,
+        "as-of reads by where they were served (primary, standby)"
+    );
+    metrics::describe_counter!(
+        STANDBY_READS,
+        "as-of reads offered to a standby by result (served, behind, unavailable)"
+    );
+    metrics::describe_gauge!(
+        STANDBY_LAG_SECONDS,
+        metrics::Unit::Seconds,
+        "a standby's replay lag (0 once it replayed all it received)"
+    );
+    metrics::describe_gauge!(
+        STANDBY_LAG_SEQUENCES,
+        "the primary's last sequence minus a standby's replayed one"
+    );
+    metrics::describe_gauge!(STANDBY_UP, "1 while a standby is usable for as-of reads");
     metrics::describe_gauge!(POOL_MAX, "database pool size limit");
     metrics::describe_gauge!(POOL_OPEN, "database connections open in the pool");
     metrics::describe_gauge!(POOL_IN_USE, "database connections lent out");
@@ -127,6 +159,36 @@ pub fn request(method: &'static str, code: Code, elapsed: Duration) {
 /// Records one corrupt journal row met by a request.
 pub fn journal_corrupt() {
     metrics::counter!(JOURNAL_CORRUPT).increment(1);
+}
+
+/// Records one as-of read: where it was served, and (with standbys) what the standby it was
+/// offered to did with it (`None`: it served it).
+pub fn read_served(by: &'static str, standby: Option<&str>, passed_over: Option<&'static str>) {
+    metrics::counter!(ASOF_READS, "served_by" => by).increment(1);
+    if let Some(name) = standby {
+        let result = passed_over.unwrap_or("served");
+        metrics::counter!(STANDBY_READS, "standby" => name.to_owned(), "result" => result)
+            .increment(1);
+    }
+}
+
+/// Records a probe of a standby: its replay (`None`: it did not answer) against the primary's
+/// last sequence (`None`: unknown).
+pub fn standby_sampled(
+    name: &str,
+    sample: Option<storage::replica::Replayed>,
+    primary_sequence: Option<i64>,
+) {
+    let usable = sample.is_some_and(|s| s.in_recovery);
+    metrics::gauge!(STANDBY_UP, "standby" => name.to_owned()).set(f64::from(u8::from(usable)));
+    let Some(s) = sample else { return };
+    if let Some(lag) = s.lag_seconds {
+        metrics::gauge!(STANDBY_LAG_SECONDS, "standby" => name.to_owned()).set(lag.max(0.0));
+    }
+    if let Some(head) = primary_sequence {
+        let behind = (head - s.last_sequence).max(0) as f64;
+        metrics::gauge!(STANDBY_LAG_SEQUENCES, "standby" => name.to_owned()).set(behind);
+    }
 }
 
 /// The writer's hook: batch sizes and results.

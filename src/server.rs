@@ -20,6 +20,9 @@ pub use crate::tuning::DRAIN_TIMEOUT;
 
 /// How often health re-checks the database.
 pub const HEALTH_PROBE_INTERVAL: Duration = Duration::from_secs(2);
+/// Longest one health check may take (limit HEALTH_PROBE_TIMEOUT): a database that does not
+/// answer within it (a primary gone, a failover under way) is NOT_SERVING.
+pub const HEALTH_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Options of the gRPC server.
 #[derive(Clone, Debug)]
@@ -49,6 +52,9 @@ pub struct OpsOptions {
     /// The login user of the pool's connections instead of the URL's, whose user (the owner)
     /// runs the migrations: [`storage::roles::SERVICE_LOGIN`] with the embedded PostgreSQL.
     pub db_login: Option<String>,
+    /// `--replica-url`: hot standbys that answer the as-of reads they can prove (each URL one
+    /// read pool; a URL may name several hosts). Their connections log in as the pool's do.
+    pub replica_urls: Vec<String>,
 }
 
 /// TLS material in PEM.
@@ -161,7 +167,8 @@ pub async fn start(opts: ServerOptions) -> Result<RunningServer, crate::BoxError
         }
         None => (None, None, None),
     };
-    let ledger = Arc::new(Ledger::new(pool.clone(), observer, &opts.tuning).await?);
+    let replicas = replicas(&ops, &opts.tuning, &pool)?;
+    let ledger = Arc::new(Ledger::new(pool.clone(), replicas, observer, &opts.tuning).await?);
     let expiry_task = start_expiry(&ledger, &opts.tuning).await;
 
     let mtls = ops.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
@@ -230,6 +237,35 @@ async fn start_expiry(
     ))
 }
 
+/// The standbys' read pools (connections made lazily, so a standby that is down delays
+/// nothing at start).
+fn replicas(
+    ops: &OpsOptions,
+    tuning: &Tuning,
+    primary: &Pool,
+) -> Result<Arc<crate::service::Replicas>, storage::StorageError> {
+    let pools = ops
+        .replica_urls
+        .iter()
+        .map(|url| {
+            storage::replica::replica_pool(
+                url,
+                ops.db_login.as_deref(),
+                ops.db_role.as_deref(),
+                &tuning.replicas,
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    for p in &pools {
+        tracing::info!(standby = %p.name, "as-of reads this standby has replayed are served there");
+    }
+    Ok(crate::service::Replicas::new(
+        pools,
+        primary.clone(),
+        tuning.replicas,
+    ))
+}
+
 /// What the transport serves: health and reflection (v1, and v1alpha for grpcurl 1.8) open,
 /// the ledger inside its access layer.
 fn routes(
@@ -251,7 +287,10 @@ fn routes(
         .prepare())
 }
 
-/// Health reports SERVING while the database answers and migrations are current.
+/// Health reports SERVING while the database answers (within [`HEALTH_PROBE_TIMEOUT`]) and
+/// migrations are current; NOT_SERVING while no primary answers (the pool's connections are
+/// made with the URL's `target_session_attrs`, so a standby does not count), and SERVING again
+/// once the pool reaches the new one.
 async fn probe_health(
     pool: Pool,
     health: tonic_health::server::HealthReporter,
@@ -262,9 +301,20 @@ async fn probe_health(
         if access.draining() {
             return;
         }
-        let ok = match pool.get().await {
-            Ok(c) => matches!(storage::migrate::is_current(&c).await, Ok(true)),
-            Err(_) => false,
+        let check = async {
+            let c = pool.get().await.map_err(storage::StorageError::from)?;
+            storage::migrate::is_current(&c).await
+        };
+        let ok = match tokio::time::timeout(HEALTH_PROBE_TIMEOUT, check).await {
+            Ok(Ok(current)) => current,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "health: the database does not answer");
+                false
+            }
+            Err(_) => {
+                tracing::debug!(limit = ?HEALTH_PROBE_TIMEOUT, "health: no answer within HEALTH_PROBE_TIMEOUT");
+                false
+            }
         };
         let status = if ok {
             tonic_health::ServingStatus::Serving

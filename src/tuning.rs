@@ -5,6 +5,7 @@
 //! them and checks the ones that depend on each other. The contract's limits (legs, memo,
 //! page size …) are not knobs: they are in `domain::limits`.
 
+use crate::storage::replica::ReplicaTuning;
 use crate::storage::PoolTuning;
 use crate::transport::TransportLimits;
 use crate::writer::WriterTuning;
@@ -25,6 +26,8 @@ pub struct Tuning {
     pub transport: TransportLimits,
     /// How often the expiry task looks for expired holds (`HOLD_EXPIRY_POLL`).
     pub hold_expiry_poll: Duration,
+    /// The hot standbys' read pools (`--replica-url`).
+    pub replicas: ReplicaTuning,
 }
 
 impl Default for Tuning {
@@ -36,6 +39,7 @@ impl Default for Tuning {
             drain_timeout: DRAIN_TIMEOUT,
             transport: TransportLimits::default(),
             hold_expiry_poll: crate::service::expiry::HOLD_EXPIRY_POLL,
+            replicas: ReplicaTuning::default(),
         }
     }
 }
@@ -52,6 +56,7 @@ impl Tuning {
     pub fn check(&self) -> Result<(), String> {
         self.writer.check()?;
         self.transport.check()?;
+        self.replicas.check()?;
         if self.pool.size <= self.writer.lanes {
             return Err(format!(
                 "the pool ({} connections, --pool-size) must have more than WRITER_LANES ({}): each lane holds one",

@@ -102,10 +102,15 @@ fn set(v: Option<String>) -> Option<String> {
 /// The outbox publisher's settings (`serve` and `relay`).
 #[derive(clap::Args, Debug, Clone)]
 struct OutboxArgs {
-    /// NATS server URL (e.g. nats://127.0.0.1:4222). For `serve` it turns on the in-process
-    /// outbox publisher; `relay` requires it.
+    /// NATS server URL (e.g. nats://127.0.0.1:4222), or several, comma-separated, of one
+    /// cluster (the publisher moves to another when one is lost). For `serve` it turns on the
+    /// in-process outbox publisher; `relay` requires it.
     #[arg(long, env = "LEDGER_NATS_URL", hide_env_values = true)]
     nats_url: Option<String>,
+    /// Replicas of the JetStream stream `LEDGER` when the publisher creates it (3 on a
+    /// three-server cluster rides through the loss of one; an existing stream keeps its own).
+    #[arg(long, env = "LEDGER_NATS_REPLICAS", default_value_t = crate::outbox::DEFAULT_STREAM_REPLICAS)]
+    nats_replicas: usize,
     /// Delivered outbox rows older than this are deleted (e.g. 7d, 12h, 30m, 0s).
     #[arg(long, env = "LEDGER_OUTBOX_RETENTION", default_value = "7d", value_parser = crate::outbox::parse_duration)]
     outbox_retention: Duration,
@@ -132,11 +137,16 @@ impl OutboxArgs {
         let Some(nats_url) = set(self.nats_url.clone()) else {
             return Ok(None);
         };
+        crate::outbox::nats_servers(&nats_url)?;
+        if self.nats_replicas == 0 {
+            return Err("--nats-replicas must be at least 1".into());
+        }
         Ok(Some(crate::outbox::PublisherOptions {
             database_url: database_url.to_owned(),
             db_login: login.map(str::to_owned),
             db_role: role.map(str::to_owned),
             nats_url,
+            replicas: self.nats_replicas,
             duplicate_window: self.nats_duplicate_window,
             retention: self.outbox_retention,
             failpoint,
@@ -241,6 +251,16 @@ struct OpsArgs {
     /// Address of the Prometheus endpoint (`/metrics`); off without it.
     #[arg(long, env = "LEDGER_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
+    /// A hot standby (PostgreSQL URL, one host or several, `sslmode` as for --database-url)
+    /// that answers the as-of reads it has replayed (GetBalance, ListBalances, ListEntries);
+    /// everything else, and whatever it cannot prove, goes to the primary. Repeat for several
+    /// standbys (the environment variable holds one URL).
+    #[arg(
+        long = "replica-url",
+        env = "LEDGER_REPLICA_URL",
+        hide_env_values = true
+    )]
+    replica_urls: Vec<String>,
     /// Database role the service acts as (`SET ROLE`). Default: `ledger_app` with the embedded
     /// PostgreSQL (whose pool logs in as `ledger_svc`; migrations run as `postgres`), none with
     /// --database-url (whose user is the service's login); "" for none.
@@ -289,6 +309,12 @@ impl OpsArgs {
             metrics_listen: self.metrics_listen,
             db_role,
             db_login,
+            replica_urls: self
+                .replica_urls
+                .iter()
+                .filter(|u| !u.trim().is_empty())
+                .cloned()
+                .collect(),
         })
     }
 }

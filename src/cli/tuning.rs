@@ -3,6 +3,10 @@
 //! they build the one [`Tuning`] value the server is given.
 
 use crate::outbox::parse_duration;
+use crate::storage::replica::{
+    ReplicaTuning, REPLICA_CONNECT_TIMEOUT, REPLICA_POOL_SIZE, REPLICA_PROBE_INTERVAL,
+    REPLICA_READ_TIMEOUT, REPLICA_WAIT_TIMEOUT,
+};
 use crate::storage::{PoolTuning, DB_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, POOL_WAIT_TIMEOUT};
 use crate::transport::{self, TransportLimits};
 use crate::tuning::{Tuning, DRAIN_TIMEOUT};
@@ -90,6 +94,23 @@ pub struct TuningArgs {
     /// time only while this stays at most half of it.
     #[arg(long, env = "LEDGER_HOLD_EXPIRY_POLL", default_value_t = Span(crate::service::expiry::HOLD_EXPIRY_POLL))]
     hold_expiry_poll: Span,
+    /// Connections to each standby of --replica-url, at most (limit REPLICA_POOL_SIZE).
+    #[arg(long, env = "LEDGER_REPLICA_POOL_SIZE", default_value_t = REPLICA_POOL_SIZE)]
+    replica_pool_size: usize,
+    /// Longest a connection to a standby may take to open (limit REPLICA_CONNECT_TIMEOUT).
+    #[arg(long, env = "LEDGER_REPLICA_CONNECT_TIMEOUT", default_value_t = Span(REPLICA_CONNECT_TIMEOUT))]
+    replica_connect_timeout: Span,
+    /// Longest a read waits for a free standby connection before the primary answers it
+    /// (limit REPLICA_WAIT_TIMEOUT).
+    #[arg(long, env = "LEDGER_REPLICA_WAIT_TIMEOUT", default_value_t = Span(REPLICA_WAIT_TIMEOUT))]
+    replica_wait_timeout: Span,
+    /// Longest a read may take on a standby before the primary answers it (limit
+    /// REPLICA_READ_TIMEOUT).
+    #[arg(long, env = "LEDGER_REPLICA_READ_TIMEOUT", default_value_t = Span(REPLICA_READ_TIMEOUT))]
+    replica_read_timeout: Span,
+    /// How often each standby's replay is sampled (limit REPLICA_PROBE_INTERVAL).
+    #[arg(long, env = "LEDGER_REPLICA_PROBE_INTERVAL", default_value_t = Span(REPLICA_PROBE_INTERVAL))]
+    replica_probe_interval: Span,
 }
 
 impl TuningArgs {
@@ -120,6 +141,13 @@ impl TuningArgs {
                 max_pages_in_progress: self.max_pages_in_progress,
             },
             hold_expiry_poll: self.hold_expiry_poll.0,
+            replicas: ReplicaTuning {
+                pool_size: self.replica_pool_size,
+                connect_timeout: self.replica_connect_timeout.0,
+                wait_timeout: self.replica_wait_timeout.0,
+                read_timeout: self.replica_read_timeout.0,
+                probe_interval: self.replica_probe_interval.0,
+            },
         };
         t.check()?;
         Ok(t)

@@ -89,6 +89,28 @@ pub const BACKLOG_LOG_INTERVAL: Duration = Duration::from_secs(30);
 /// Environment variable naming a failpoint (crash tests only).
 pub const FAILPOINT_ENV: &str = "LEDGER_FAILPOINT";
 
+/// Replicas of the stream the publisher creates, by default (`--nats-replicas`).
+pub const DEFAULT_STREAM_REPLICAS: usize = 1;
+
+/// The servers of a `--nats-url` (comma-separated), each parsed.
+pub fn nats_servers(url: &str) -> Result<Vec<async_nats::ServerAddr>, String> {
+    url.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<async_nats::ServerAddr>()
+                .map_err(|e| format!("--nats-url: {s:?} is not a NATS server address: {e}"))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(|v| {
+            if v.is_empty() {
+                Err("--nats-url names no server".into())
+            } else {
+                Ok(v)
+            }
+        })
+}
+
 /// How to run the publisher.
 #[derive(Clone, Debug)]
 pub struct PublisherOptions {
@@ -97,7 +119,12 @@ pub struct PublisherOptions {
     /// the server's pool for `serve --nats-url` (it needs only `ledger_app`'s grants).
     pub db_login: Option<String>,
     pub db_role: Option<String>,
+    /// One NATS server or several, comma-separated (a cluster): the client connects to one
+    /// and moves to another when it is lost.
     pub nats_url: String,
+    /// Replicas of the stream when the publisher creates it (`--nats-replicas`; 3 on a
+    /// three-server cluster rides through the loss of one).
+    pub replicas: usize,
     /// De-duplication window of the stream, when the publisher creates it.
     pub duplicate_window: Duration,
     /// Delivered outbox rows older than this are deleted.

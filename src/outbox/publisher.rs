@@ -396,10 +396,11 @@ impl<'a> Active<'a> {
     /// The JetStream context, connecting and creating the stream if needed.
     async fn broker(&mut self) -> Result<jetstream::Context, BoxError> {
         if self.broker.is_none() {
+            let servers = super::nats_servers(&self.opts.nats_url)?;
             let client = async_nats::ConnectOptions::new()
                 .name("ledger-outbox")
                 .connection_timeout(ACK_TIMEOUT)
-                .connect(self.opts.nats_url.as_str())
+                .connect(servers)
                 .await?;
             let js = jetstream::context::ContextBuilder::new()
                 .timeout(ACK_TIMEOUT)
@@ -411,7 +412,7 @@ impl<'a> Active<'a> {
         }
         let broker = self.broker.as_mut().expect("connected");
         if !broker.stream_ready {
-            ensure_stream(&broker.js, self.opts.duplicate_window).await?;
+            ensure_stream(&broker.js, self.opts.duplicate_window, self.opts.replicas).await?;
             broker.stream_ready = true;
         }
         Ok(broker.js.clone())
@@ -423,6 +424,7 @@ impl<'a> Active<'a> {
 async fn ensure_stream(
     js: &jetstream::Context,
     duplicate_window: Duration,
+    replicas: usize,
 ) -> Result<(), BoxError> {
     let mut s = js
         .get_or_create_stream(stream::Config {
@@ -430,6 +432,7 @@ async fn ensure_stream(
             subjects: vec![STREAM_SUBJECTS.to_string()],
             storage: stream::StorageType::File,
             duplicate_window,
+            num_replicas: replicas,
             ..Default::default()
         })
         .await?;
@@ -442,8 +445,17 @@ async fn ensure_stream(
             "the existing stream de-duplicates over a shorter window than configured: a publisher restart longer than it may publish an event twice"
         );
     }
+    if info.config.num_replicas != replicas {
+        tracing::warn!(
+            stream = STREAM,
+            stream_replicas = info.config.num_replicas,
+            configured = replicas,
+            "the existing stream has another number of replicas than --nats-replicas; the broker keeps its own (change it with the nats CLI)"
+        );
+    }
     tracing::info!(
         stream = STREAM,
+        replicas = info.config.num_replicas,
         messages = info.state.messages,
         duplicate_window = ?info.config.duplicate_window,
         "JetStream stream ready"

@@ -2,6 +2,7 @@
 //! tokens that pin what the first page saw (its cut-off, its position, a statement's running
 //! totals, a trial balance's totals), authenticated so the server can trust them.
 
+use super::replicas::{at_read, Cut};
 use super::{page_size, unavailable, Ledger};
 use crate::domain::account::{validate_prefix, Account};
 use crate::domain::limits::{MAX_LEGS, MAX_TOKEN_TOTALS, MAX_TRIAL_BALANCE_CURRENCIES};
@@ -281,28 +282,34 @@ impl Ledger {
         validate_prefix(prefix)?;
         let limit = page_size(size)? as usize;
         let scope = format!("balances:{prefix}");
-        let (at, start, carried) = match token {
-            "" => (self.resolve(as_of).await?, None, None),
+        let (cut, start, carried) = match token {
+            "" => (Cut::Requested(as_of), None, None),
             t => {
                 let mut r = page_token::open(&self.page_key, &scope, t)?;
                 let (at, code, totals) = (read_at(&mut r)?, r.text()?, read_totals(&mut r)?);
                 r.finish()?;
-                (at, Some(code), totals)
+                (Cut::Applied(at), Some(code), totals)
             }
         };
-        let client = self.client().await?;
-        let totals = match carried {
-            Some(t) => t,
-            None => trial_totals(&client, prefix, &at).await?,
-        };
-        let reserved = totals.iter().map(WireSize::wire_size).sum();
-        let mut src = Balances {
-            client: &client,
-            prefix,
-            at,
-            start,
-        };
-        let (page, more) = fill(&mut src, limit, reserved).await?;
+        let read = at_read(|client, at| {
+            let (prefix, start, carried) = (prefix.to_owned(), start.clone(), carried.clone());
+            Box::pin(async move {
+                let totals = match carried {
+                    Some(t) => t,
+                    None => trial_totals(client, &prefix, at).await?,
+                };
+                let reserved = totals.iter().map(WireSize::wire_size).sum();
+                let mut src = Balances {
+                    client,
+                    prefix: &prefix,
+                    at: *at,
+                    start,
+                };
+                let (page, more) = fill(&mut src, limit, reserved).await?;
+                Ok((page, more, totals))
+            })
+        });
+        let (at, (page, more, totals)) = self.read_at(cut, read).await?;
         let next = match page.last() {
             Some(last) if more => {
                 let mut w = Writer::new();
@@ -330,8 +337,8 @@ impl Ledger {
         let limit = page_size(size)? as usize;
         let account = self.get_account(account).await?;
         let scope = format!("entries:{}", account.code);
-        let (at, from) = match token {
-            "" => (self.resolve(as_of).await?, Cursor::start()),
+        let (cut, from) = match token {
+            "" => (Cut::Requested(as_of), Cursor::start()),
             t => {
                 let mut r = page_token::open(&self.page_key, &scope, t)?;
                 let at = read_at(&mut r)?;
@@ -342,14 +349,19 @@ impl Ledger {
                     credits: r.int()?,
                 };
                 r.finish()?;
-                (at, from)
+                (Cut::Applied(at), from)
             }
         };
-        let client = self.client().await?;
         let read = statement::rows_to_read(limit) as i64;
-        let rows = storage::read::entries(&client, &account, &at, (from.sequence, from.leg), read)
-            .await
-            .map_err(unavailable)?;
+        let rows = at_read(|client, at| {
+            let (account, from) = (account.clone(), (from.sequence, from.leg));
+            Box::pin(async move {
+                storage::read::entries(client, &account, at, from, read)
+                    .await
+                    .map_err(unavailable)
+            })
+        });
+        let (at, rows) = self.read_at(cut, rows).await?;
         let (out, next) =
             statement::page(&rows, limit, account.normal_balance, from).map_err(|sequence| {
                 StorageError::corrupt_posting(

@@ -4,6 +4,7 @@
 
 pub mod expiry;
 pub mod lists;
+pub mod replicas;
 
 use crate::domain::account::AccountCache;
 use crate::domain::account::{validate_code, Metadata};
@@ -18,6 +19,8 @@ use crate::domain::write::Command;
 use crate::domain::{Account, LedgerError, NewAccount, NormalBalance, Reason};
 use crate::storage::{self, accounts::Created, Pool, StorageError};
 use crate::writer::{BatchObserver, Writer};
+use replicas::Cut;
+pub use replicas::Replicas;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
@@ -28,6 +31,8 @@ pub struct Ledger {
     /// Accounts in memory, shared with the writer.
     accounts: Arc<RwLock<AccountCache>>,
     page_key: Vec<u8>,
+    /// Hot standbys for as-of reads (`--replica-url`; none by default).
+    replicas: Arc<Replicas>,
 }
 
 /// A storage failure as the caller's answer: `JOURNAL_CORRUPT` for a row that breaks an
@@ -51,9 +56,10 @@ pub fn page_size(requested: u32) -> Result<i64, LedgerError> {
 }
 
 impl Ledger {
-    /// A ledger over a migrated database.
+    /// A ledger over a migrated database, reading at cut-offs from `replicas` where they can.
     pub async fn new(
         pool: Pool,
+        replicas: Arc<Replicas>,
         observer: Option<BatchObserver>,
         tuning: &crate::tuning::Tuning,
     ) -> Result<Ledger, StorageError> {
@@ -67,6 +73,7 @@ impl Ledger {
             writer,
             accounts,
             page_key,
+            replicas,
         })
     }
 
@@ -289,11 +296,15 @@ impl Ledger {
     /// An account's balance at a cut-off.
     pub async fn get_balance(&self, account: &str, as_of: AsOf) -> Result<Balance, LedgerError> {
         let account = self.get_account(account).await?;
-        let at = self.resolve(as_of).await?;
-        let client = self.client().await?;
-        let mut b = storage::read::balances(&client, std::slice::from_ref(&account), &at)
-            .await
-            .map_err(unavailable)?;
+        let read = replicas::at_read(move |c, at| {
+            let account = account.clone();
+            Box::pin(async move {
+                storage::read::balances(c, std::slice::from_ref(&account), at)
+                    .await
+                    .map_err(unavailable)
+            })
+        });
+        let (_, mut b) = self.read_at(Cut::Requested(as_of), read).await?;
         Ok(b.pop().expect("one balance"))
     }
 }

@@ -4,15 +4,17 @@
 pub mod accounts;
 pub mod batch;
 pub mod check;
+pub mod conn;
 pub mod fixture;
 pub mod holds;
 pub mod migrate;
 pub mod outbox;
 pub mod read;
+pub mod replica;
 pub mod roles;
+pub mod tls;
 
 use std::fmt;
-use std::str::FromStr;
 
 pub use migrate::migrate;
 
@@ -189,8 +191,7 @@ pub type Pool = deadpool_postgres::Pool;
 /// connections (and pools) only to hand them back to storage's functions.
 pub type Conn = deadpool_postgres::Client;
 
-/// The settings of a connection (see [`service_config`]).
-pub type ConnConfig = tokio_postgres::Config;
+pub use conn::ConnConfig;
 
 /// Closes a connection instead of returning it to the pool: its state is unknown (a batch
 /// that timed out may still hold the transaction).
@@ -198,18 +199,20 @@ pub fn discard(conn: Conn) {
     drop(deadpool_postgres::Object::take(conn));
 }
 
-/// Parses a database URL (`postgres://…` or `host=… dbname=…`).
-pub fn parse_config(database_url: &str) -> Result<tokio_postgres::Config, StorageError> {
-    let mut cfg = tokio_postgres::Config::from_str(database_url)
-        .map_err(|e| StorageError::Config(e.to_string()))?;
-    if cfg.get_application_name().is_none() {
-        cfg.application_name("ledger");
+/// Parses a database URL (`postgres://…` or `host=… dbname=…`, one host or several, with
+/// `sslmode` and `sslrootcert`), with the ledger's defaults: its application name, a connect
+/// timeout, TCP keepalives.
+pub fn parse_config(database_url: &str) -> Result<ConnConfig, StorageError> {
+    let mut cfg = ConnConfig::parse(database_url)?;
+    let pg = &mut cfg.pg;
+    if pg.get_application_name().is_none() {
+        pg.application_name("ledger");
     }
-    if cfg.get_connect_timeout().is_none() {
-        cfg.connect_timeout(DB_CONNECT_TIMEOUT);
+    if pg.get_connect_timeout().is_none() {
+        pg.connect_timeout(DB_CONNECT_TIMEOUT);
     }
-    cfg.keepalives(true);
-    cfg.keepalives_idle(std::time::Duration::from_secs(10));
+    pg.keepalives(true);
+    pg.keepalives_idle(std::time::Duration::from_secs(10));
     Ok(cfg)
 }
 
@@ -251,8 +254,9 @@ pub fn service_config(
     database_url: &str,
     login: Option<&str>,
     role: Option<&str>,
-) -> Result<tokio_postgres::Config, StorageError> {
-    let mut cfg = parse_config(database_url)?;
+) -> Result<ConnConfig, StorageError> {
+    let mut config = parse_config(database_url)?;
+    let cfg = &mut config.pg;
     let mut options = cfg.get_options().unwrap_or_default().to_owned();
     options.push_str(" -c plan_cache_mode=force_custom_plan");
     if let Some(login) = login {
@@ -264,7 +268,7 @@ pub fn service_config(
         options.push_str(&format!(" -c role={role}"));
     }
     cfg.options(options.trim_start());
-    Ok(cfg)
+    Ok(config)
 }
 
 /// Longest database role name (PostgreSQL's NAMEDATALEN - 1).
@@ -288,14 +292,17 @@ fn check_role_name(what: &str, name: &str) -> Result<(), StorageError> {
 }
 
 /// Builds a pool with these settings and knobs. Connections are made lazily.
-pub fn pool_with(
-    mut cfg: tokio_postgres::Config,
-    tuning: &PoolTuning,
-) -> Result<Pool, StorageError> {
-    cfg.connect_timeout(tuning.connect_timeout);
-    let mgr = deadpool_postgres::Manager::from_config(
-        cfg,
-        tokio_postgres::NoTls,
+///
+/// Failover: deadpool never retries a query that failed (its caller hears `UNAVAILABLE`); a
+/// connection is checked with a query before it is lent again (`RecyclingMethod::Verified`;
+/// the default only looks at whether the socket closed), and a broken one is dropped and
+/// replaced through the URL's hosts in turn, so with `target_session_attrs=read-write` the
+/// pool finds the new primary by itself.
+pub fn pool_with(mut cfg: ConnConfig, tuning: &PoolTuning) -> Result<Pool, StorageError> {
+    cfg.pg.connect_timeout(tuning.connect_timeout);
+    let mgr = deadpool_postgres::Manager::from_connect(
+        cfg.pg,
+        conn::PoolConnect(cfg.tls),
         deadpool_postgres::ManagerConfig {
             recycling_method: deadpool_postgres::RecyclingMethod::Verified,
         },
@@ -310,16 +317,9 @@ pub fn pool_with(
         .map_err(|e| StorageError::Pool(e.to_string()))
 }
 
-/// Opens one connection outside any pool (migrations, `ledger check`).
+/// Opens one connection outside any pool (migrations, `ledger check`), with the URL's TLS.
 pub async fn connect(database_url: &str) -> Result<tokio_postgres::Client, StorageError> {
-    let cfg = parse_config(database_url)?;
-    let (client, conn) = cfg.connect(tokio_postgres::NoTls).await?;
-    tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::debug!(error = %e, "database connection closed");
-        }
-    });
-    Ok(client)
+    parse_config(database_url)?.connect().await
 }
 
 #[cfg(test)]

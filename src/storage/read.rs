@@ -409,6 +409,29 @@ pub async fn resolve_as_of(
     }))
 }
 
+/// On a hot standby: the cut-off `as_of` resolves to, when this database has replayed past
+/// its recorded cut-off R (its own copy of the ledger's last committed batch was recorded at
+/// or after R), else `None` (the primary must answer). Such a cut-off is final on the primary
+/// too (every later batch records after R), and the standby holds every batch recorded by R,
+/// so it gives exactly the primary's answer. Never takes the fence (a standby cannot).
+pub async fn resolve_replayed(
+    client: &impl GenericClient,
+    as_of: AsOf,
+) -> Result<Option<AppliedAsOf>, StorageError> {
+    let Some(r) = as_of.recorded_at else {
+        return Ok(None);
+    };
+    let (state, sequence_by) = state_and_sequence(client, Some(r)).await?;
+    if r > state.last_recorded {
+        return Ok(None);
+    }
+    Ok(Some(AppliedAsOf {
+        recorded_at: r,
+        effective_at: as_of.effective_at.unwrap_or(r),
+        sequence: sequence_by.expect("a sequence for a given time") as u64,
+    }))
+}
+
 /// Debits and credits of accounts at a cut-off (S = `$2`, the last sequence recorded by R;
 /// E = `$1`), computed without summing history.
 ///

@@ -112,7 +112,11 @@ pub struct PostArgs {
 #[derive(clap::Args, Debug, Clone)]
 pub struct CaptureArgs {
     /// The hold to capture: its posting id.
-    #[arg(long = "hold", value_name = "POSTING_ID", required_unless_present = "hold_key")]
+    #[arg(
+        long = "hold",
+        value_name = "POSTING_ID",
+        required_unless_present = "hold_key"
+    )]
     pub hold_posting_id: Option<String>,
     /// Instead of its id: the hold you recorded under this idempotency key.
     #[arg(long, conflicts_with = "hold_posting_id")]

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod ha;
 pub mod nats;
 pub mod pg;
 pub mod proxy;
@@ -20,7 +21,7 @@ pub struct TestLedger {
     pub database_url: String,
     pub client: LedgerClient<Channel>,
     /// The settings of the server's pool: its login and role.
-    pub service_config: tokio_postgres::Config,
+    pub service_config: ledger::storage::ConnConfig,
 }
 
 impl TestLedger {
@@ -89,13 +90,10 @@ impl TestLedger {
 
     /// A database session exactly as the server's pool opens them (its login, its role).
     pub async fn service_db(&self) -> tokio_postgres::Client {
-        let (client, connection) = self
-            .service_config
-            .connect(tokio_postgres::NoTls)
+        self.service_config
+            .connect()
             .await
-            .expect("the service's login connects");
-        tokio::spawn(connection);
-        client
+            .expect("the service's login connects")
     }
 
     /// Rows in a table.

@@ -25,7 +25,7 @@ fn unique_dir(what: &str) -> PathBuf {
     dir
 }
 
-fn nats_server_bin() -> &'static str {
+pub fn nats_server_bin() -> &'static str {
     if Path::new("/usr/sbin/nats-server").exists() {
         "/usr/sbin/nats-server"
     } else {
@@ -112,7 +112,16 @@ impl NatsServer {
 
     /// Every message of the stream `LEDGER`, read with a JetStream consumer, in stream order.
     pub async fn read_stream(&self) -> Vec<StreamEvent> {
-        let js = self.jetstream().await;
+        read_stream_at(&self.url()).await
+    }
+}
+
+/// Every message of the stream `LEDGER` of the server (or cluster) at `url`, read with a
+/// JetStream consumer, in stream order.
+pub async fn read_stream_at(url: &str) -> Vec<StreamEvent> {
+    {
+        let servers = ledger::outbox::nats_servers(url).unwrap();
+        let js = jetstream::new(async_nats::connect(servers).await.expect("nats connects"));
         let mut stream = match js.get_stream(ledger::outbox::STREAM).await {
             Ok(s) => s,
             Err(_) => return Vec::new(),
