@@ -272,11 +272,12 @@ pub(crate) fn stored_rejection(
 
 /// The postings touching an account after `$2`, at most `$3`: those whose legs moved its
 /// money (entries) and those whose legs moved none (holds and releases, in hold_legs), each
-/// side read along its (account, sequence) index.
+/// side read along its (account, sequence) index, distinct postings (a posting may have many
+/// legs on one account).
 const ACCOUNT_POSTINGS_SQL: &str = "SELECT sequence FROM (
-       (SELECT sequence FROM entries WHERE account_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3)
+       (SELECT DISTINCT sequence FROM entries WHERE account_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3)
        UNION
-       (SELECT sequence FROM hold_legs WHERE account_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3)) s
+       (SELECT DISTINCT sequence FROM hold_legs WHERE account_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3)) s
      ORDER BY sequence LIMIT $3";
 
 /// Postings in sequence order after `after`, optionally only those touching an account.

@@ -192,6 +192,12 @@ fn one_write_call(method: &str, posting_id: &str) -> Option<Vec<u8>> {
             effective_at: None,
         }
         .encode_to_vec(),
+        "Capture" => pb::CaptureRequest {
+            idempotency_key: "late-capture".into(),
+            hold_posting_id: posting_id.into(),
+            ..Default::default()
+        }
+        .encode_to_vec(),
         _ => return None,
     })
 }
