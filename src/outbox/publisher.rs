@@ -19,8 +19,7 @@ pub async fn run(
     opts: PublisherOptions,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), BoxError> {
-    let failpoint = opts.failpoint;
-    if let Some(fp) = failpoint {
+    if let Some(fp) = opts.failpoint {
         tracing::warn!(failpoint = ?fp, "outbox publisher failpoint armed: the process will abort there");
     }
     let mut backoff = Backoff::default();
@@ -29,19 +28,7 @@ pub async fn run(
         if stopping(&shutdown) {
             return Ok(());
         }
-        // A dedicated session (a pool of one, dropped with it): the lock is held by the session.
-        let session = async {
-            let login = (opts.db_login.as_deref(), opts.db_role.as_deref());
-            let cfg = storage::service_config(&opts.database_url, login.0, login.1)?;
-            let one = storage::PoolTuning {
-                size: 1,
-                ..Default::default()
-            };
-            let pool = storage::pool_with(cfg, &one)?;
-            let client = pool.get().await?;
-            Ok::<_, storage::StorageError>((pool, client))
-        };
-        let (pool, client) = match session.await {
+        let (pool, client) = match session(&opts).await {
             Ok(c) => c,
             Err(e) => {
                 let delay = backoff.next_delay();
@@ -52,40 +39,24 @@ pub async fn run(
                 continue;
             }
         };
-        let elected = loop {
-            match store::try_lock_publisher(&client).await {
-                Ok(true) => break true,
-                Ok(false) => {
-                    if !standby_logged {
-                        tracing::info!(
-                            retry_every = ?STANDBY_RETRY,
-                            "outbox publisher standing by: another publisher is active"
-                        );
-                        standby_logged = true;
-                    }
-                    if sleep_or_stop(&mut shutdown, STANDBY_RETRY).await {
+        match elect(&client, &mut shutdown, &mut standby_logged).await {
+            Election::Stop => return Ok(()),
+            Election::Failed => {}
+            Election::Won => {
+                standby_logged = false;
+                backoff.reset();
+                match Active::new(&opts, opts.failpoint)
+                    .run(&client, &mut shutdown)
+                    .await
+                {
+                    Ok(()) => {
+                        tracing::info!("outbox publisher stopped");
                         return Ok(());
                     }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "outbox publisher lost its database session; standing by again")
+                    }
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "outbox publisher: election failed");
-                    break false;
-                }
-            }
-        };
-        if elected {
-            standby_logged = false;
-            backoff.reset();
-            let mut active = Active::new(&opts, failpoint);
-            match active.run(&client, &mut shutdown).await {
-                Ok(()) => {
-                    tracing::info!("outbox publisher stopped");
-                    return Ok(());
-                }
-                Err(e) => tracing::warn!(
-                    error = %e,
-                    "outbox publisher lost its database session; standing by again"
-                ),
             }
         }
         // Dropping the client ends the session, which releases the lock if we held it.
@@ -93,6 +64,59 @@ pub async fn run(
         drop(pool);
         if sleep_or_stop(&mut shutdown, backoff.next_delay()).await {
             return Ok(());
+        }
+    }
+}
+
+/// A dedicated session (a pool of one, dropped with it): the publisher's lock is held by the
+/// session.
+async fn session(
+    opts: &PublisherOptions,
+) -> Result<(storage::Pool, crate::storage::Conn), storage::StorageError> {
+    let cfg = storage::service_config(
+        &opts.database_url,
+        opts.db_login.as_deref(),
+        opts.db_role.as_deref(),
+    )?;
+    let one = storage::PoolTuning {
+        size: 1,
+        ..Default::default()
+    };
+    let pool = storage::pool_with(cfg, &one)?;
+    let client = pool.get().await?;
+    Ok((pool, client))
+}
+
+/// How an election ended.
+enum Election {
+    Won,
+    /// The session failed: stand by again on a new one.
+    Failed,
+    Stop,
+}
+
+/// Stands by until this session holds the publisher's lock.
+async fn elect(
+    client: &crate::storage::Conn,
+    shutdown: &mut watch::Receiver<bool>,
+    standby_logged: &mut bool,
+) -> Election {
+    loop {
+        match store::try_lock_publisher(client).await {
+            Ok(true) => return Election::Won,
+            Ok(false) => {
+                if !*standby_logged {
+                    tracing::info!(retry_every = ?STANDBY_RETRY, "outbox publisher standing by: another publisher is active");
+                    *standby_logged = true;
+                }
+                if sleep_or_stop(shutdown, STANDBY_RETRY).await {
+                    return Election::Stop;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "outbox publisher: election failed");
+                return Election::Failed;
+            }
         }
     }
 }
@@ -201,6 +225,96 @@ async fn publish_batch(js: &jetstream::Context, events: &[(String, Vec<u8>)]) ->
     outcome
 }
 
+/// The events of one batch: the outbox rows, their sequences, and (posting id, payload).
+struct Batch {
+    pending: Vec<store::PendingEvent>,
+    sequences: Vec<i64>,
+    events: Vec<(String, Vec<u8>)>,
+}
+
+/// The pending events after `progress`, at most [`PUBLISH_BATCH`], with their postings (none
+/// pending: `None`).
+async fn load_batch(
+    client: &crate::storage::Conn,
+    progress: i64,
+) -> Result<Option<Batch>, BoxError> {
+    let pending = store::pending(client, progress, PUBLISH_BATCH as i64).await?;
+    if pending.is_empty() {
+        return Ok(None);
+    }
+    for (i, ev) in pending.iter().enumerate() {
+        assert_eq!(
+            ev.sequence,
+            progress + 1 + i as i64,
+            "outbox rows must follow the published sequence {progress} without a gap"
+        );
+    }
+    let sequences: Vec<i64> = pending.iter().map(|e| e.sequence).collect();
+    let postings = read::postings_by_sequence(client, &sequences).await?;
+    assert_eq!(
+        postings.len(),
+        pending.len(),
+        "outbox rows without postings"
+    );
+    let events = pending
+        .iter()
+        .zip(&postings)
+        .map(|(ev, p)| {
+            assert_eq!(
+                ev.posting_id, p.posting_id,
+                "outbox row {} names another posting",
+                ev.sequence
+            );
+            (p.posting_id.to_string(), event_payload(p))
+        })
+        .collect();
+    Ok(Some(Batch {
+        pending,
+        sequences,
+        events,
+    }))
+}
+
+/// The active publisher's periodic chores: the backlog log line and pruning.
+struct Chores {
+    prune_every: Duration,
+    next_prune: Instant,
+    next_log: Instant,
+}
+
+impl Chores {
+    fn new(retention: Duration) -> Chores {
+        Chores {
+            prune_every: (retention / 10).clamp(Duration::from_secs(1), PRUNE_INTERVAL_MAX),
+            next_prune: Instant::now(),
+            next_log: Instant::now(),
+        }
+    }
+
+    async fn run(
+        &mut self,
+        client: &crate::storage::Conn,
+        retention: Duration,
+    ) -> Result<(), BoxError> {
+        if Instant::now() >= self.next_log {
+            log_backlog(client).await?;
+            self.next_log = Instant::now() + BACKLOG_LOG_INTERVAL;
+        }
+        if Instant::now() >= self.next_prune {
+            // One bounded statement per turn, so pruning a large backlog of delivered rows
+            // interleaves with publishing.
+            let n = store::prune_delivered(client, retention, PRUNE_BATCH).await?;
+            if n > 0 {
+                tracing::info!(deleted = n, retention = ?retention, "outbox: delivered events past retention removed");
+            }
+            if n < PRUNE_BATCH as u64 {
+                self.next_prune = Instant::now() + self.prune_every;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The broker connection of the active publisher.
 struct Broker {
     js: jetstream::Context,
@@ -233,164 +347,138 @@ impl<'a> Active<'a> {
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<(), BoxError> {
         let mut progress = store::published_sequence(client).await?;
-        tracing::info!(
-            published_sequence = progress,
-            nats_url = %self.opts.nats_url,
-            "outbox publisher active"
-        );
-        let prune_every =
-            (self.opts.retention / 10).clamp(Duration::from_secs(1), PRUNE_INTERVAL_MAX);
-        let mut next_prune = Instant::now();
-        let mut next_log = Instant::now();
+        tracing::info!(published_sequence = progress, nats_url = %self.opts.nats_url, "outbox publisher active");
+        let mut chores = Chores::new(self.opts.retention);
         loop {
             if stopping(shutdown) {
                 return Ok(());
             }
-            if Instant::now() >= next_log {
-                log_backlog(client).await?;
-                next_log = Instant::now() + BACKLOG_LOG_INTERVAL;
-            }
-            if Instant::now() >= next_prune {
-                // One bounded statement per turn, so pruning a large backlog of delivered rows
-                // interleaves with publishing.
-                let n = store::prune_delivered(client, self.opts.retention, PRUNE_BATCH).await?;
-                if n > 0 {
-                    tracing::info!(deleted = n, retention = ?self.opts.retention, "outbox: delivered events past retention removed");
-                }
-                if n < PRUNE_BATCH as u64 {
-                    next_prune = Instant::now() + prune_every;
-                }
-            }
-
-            let pending = store::pending(client, progress, PUBLISH_BATCH as i64).await?;
-            if pending.is_empty() {
-                if sleep_or_stop(shutdown, POLL_INTERVAL).await {
+            chores.run(client, self.opts.retention).await?;
+            let pause = self.turn(client, &mut progress).await?;
+            if let Some(d) = pause {
+                if sleep_or_stop(shutdown, d).await {
                     return Ok(());
                 }
-                continue;
-            }
-            for (i, ev) in pending.iter().enumerate() {
-                assert_eq!(
-                    ev.sequence,
-                    progress + 1 + i as i64,
-                    "outbox rows must follow the published sequence {progress} without a gap"
-                );
-            }
-            let sequences: Vec<i64> = pending.iter().map(|e| e.sequence).collect();
-            let postings = read::postings_by_sequence(client, &sequences).await?;
-            assert_eq!(
-                postings.len(),
-                pending.len(),
-                "outbox rows without postings"
-            );
-            let events: Vec<(String, Vec<u8>)> = pending
-                .iter()
-                .zip(&postings)
-                .map(|(ev, p)| {
-                    assert_eq!(
-                        ev.posting_id, p.posting_id,
-                        "outbox row {} names another posting",
-                        ev.sequence
-                    );
-                    (p.posting_id.to_string(), event_payload(p))
-                })
-                .collect();
-            if self.failpoint == Some(Failpoint::BeforePublish) {
-                tracing::error!(
-                    first_sequence = sequences[0],
-                    "failpoint outbox-before-publish: aborting"
-                );
-                std::process::abort();
-            }
-
-            let js = match self.broker().await {
-                Ok(js) => js,
-                Err(e) => {
-                    let delay = self.backoff.next_delay();
-                    tracing::warn!(error = %e, retry_in = ?delay, pending_from = sequences[0], "outbox publisher: broker unavailable");
-                    if sleep_or_stop(shutdown, delay).await {
-                        return Ok(());
-                    }
-                    continue;
-                }
-            };
-            let outcome = publish_batch(&js, &events).await;
-            if outcome.acked > 0 {
-                if self.failpoint == Some(Failpoint::AfterPublishBeforeProgress) {
-                    tracing::error!(
-                        acked = outcome.acked,
-                        "failpoint outbox-after-publish-before-progress: aborting"
-                    );
-                    std::process::abort();
-                }
-                let last = sequences[outcome.acked - 1];
-                if !store::record_progress(client, last).await? {
-                    return Err(format!(
-                        "the recorded progress is beyond sequence {last}: another publisher is active"
-                    )
-                    .into());
-                }
-                progress = last;
-                tracing::debug!(
-                    published = outcome.acked,
-                    duplicates = outcome.duplicates,
-                    published_sequence = progress,
-                    "outbox events published"
-                );
-                if outcome.duplicates > 0 {
-                    tracing::info!(
-                        duplicates = outcome.duplicates,
-                        published_sequence = progress,
-                        "events already in the stream were re-published (after a crash); the broker dropped the copies"
-                    );
-                }
-            }
-            let Some(failure) = outcome.failure else {
-                self.backoff.reset();
-                continue;
-            };
-            let at = &pending[outcome.acked];
-            let delay = match failure {
-                Failure::ChainBroken(error) if outcome.acked > 0 => {
-                    tracing::debug!(%error, sequence = at.sequence, "publishing again from the first event the broker did not take");
-                    continue;
-                }
-                Failure::ChainBroken(error) => {
-                    let delay = self.backoff.next_delay();
-                    tracing::warn!(%error, sequence = at.sequence, retry_in = ?delay, "outbox publisher: the broker refused the first event of a batch as out of order");
-                    delay
-                }
-                Failure::Transient {
-                    error,
-                    stream_missing,
-                } => {
-                    // The client reconnects by itself (a dropped one would too, and flush its
-                    // queue later): keep it, but create the stream again if it went missing.
-                    if stream_missing {
-                        if let Some(b) = &mut self.broker {
-                            b.stream_ready = false;
-                        }
-                    }
-                    let delay = self.backoff.next_delay();
-                    tracing::warn!(%error, sequence = at.sequence, retry_in = ?delay, "outbox publisher: broker unavailable or slow; retrying");
-                    delay
-                }
-                Failure::Refused(error) => {
-                    let delay = self.backoff.next_delay();
-                    tracing::error!(
-                        %error,
-                        sequence = at.sequence,
-                        posting_id = %at.posting_id,
-                        retry_in = ?delay,
-                        "outbox publisher HALTED: the broker refuses this event; the events behind it wait so their order is kept. Fix the stream (e.g. its max message size); publishing resumes once the broker accepts it"
-                    );
-                    delay
-                }
-            };
-            if sleep_or_stop(shutdown, delay).await {
-                return Ok(());
             }
         }
+    }
+
+    /// One turn: the pending events from `progress` on, published, progress recorded. The
+    /// pause before the next turn (none: at once).
+    async fn turn(
+        &mut self,
+        client: &crate::storage::Conn,
+        progress: &mut i64,
+    ) -> Result<Option<Duration>, BoxError> {
+        let Some(batch) = load_batch(client, *progress).await? else {
+            return Ok(Some(POLL_INTERVAL));
+        };
+        if self.failpoint == Some(Failpoint::BeforePublish) {
+            tracing::error!(
+                first_sequence = batch.sequences[0],
+                "failpoint outbox-before-publish: aborting"
+            );
+            std::process::abort();
+        }
+        let js = match self.broker().await {
+            Ok(js) => js,
+            Err(e) => {
+                let delay = self.backoff.next_delay();
+                tracing::warn!(error = %e, retry_in = ?delay, pending_from = batch.sequences[0], "outbox publisher: broker unavailable");
+                return Ok(Some(delay));
+            }
+        };
+        let outcome = publish_batch(&js, &batch.events).await;
+        if outcome.acked > 0 {
+            self.record(client, &outcome, &batch.sequences, progress)
+                .await?;
+        }
+        let Some(failure) = outcome.failure else {
+            self.backoff.reset();
+            return Ok(None);
+        };
+        let at = &batch.pending[outcome.acked];
+        Ok(self.after(failure, outcome.acked, at))
+    }
+
+    /// Records the progress of the acknowledged events.
+    async fn record(
+        &self,
+        client: &crate::storage::Conn,
+        outcome: &BatchOutcome,
+        sequences: &[i64],
+        progress: &mut i64,
+    ) -> Result<(), BoxError> {
+        if self.failpoint == Some(Failpoint::AfterPublishBeforeProgress) {
+            tracing::error!(
+                acked = outcome.acked,
+                "failpoint outbox-after-publish-before-progress: aborting"
+            );
+            std::process::abort();
+        }
+        let last = sequences[outcome.acked - 1];
+        if !store::record_progress(client, last).await? {
+            return Err(format!(
+                "the recorded progress is beyond sequence {last}: another publisher is active"
+            )
+            .into());
+        }
+        *progress = last;
+        tracing::debug!(
+            published = outcome.acked,
+            duplicates = outcome.duplicates,
+            published_sequence = last,
+            "outbox events published"
+        );
+        if outcome.duplicates > 0 {
+            tracing::info!(
+                duplicates = outcome.duplicates,
+                published_sequence = last,
+                "events already in the stream were re-published (after a crash); the broker dropped the copies"
+            );
+        }
+        Ok(())
+    }
+
+    /// What a failure at event `at` (after `acked` acknowledged ones) means: the pause before
+    /// publishing again from it (none: at once).
+    fn after(
+        &mut self,
+        failure: Failure,
+        acked: usize,
+        at: &store::PendingEvent,
+    ) -> Option<Duration> {
+        if let Failure::ChainBroken(error) = &failure {
+            if acked > 0 {
+                tracing::debug!(%error, sequence = at.sequence, "publishing again from the first event the broker did not take");
+                return None;
+            }
+        }
+        let delay = self.backoff.next_delay();
+        match failure {
+            Failure::ChainBroken(error) => {
+                tracing::warn!(%error, sequence = at.sequence, retry_in = ?delay, "outbox publisher: the broker refused the first event of a batch as out of order");
+            }
+            Failure::Transient {
+                error,
+                stream_missing,
+            } => {
+                // The client reconnects by itself (a dropped one would too, and flush its
+                // queue later): keep it, but create the stream again if it went missing.
+                if let (true, Some(b)) = (stream_missing, &mut self.broker) {
+                    b.stream_ready = false;
+                }
+                tracing::warn!(%error, sequence = at.sequence, retry_in = ?delay, "outbox publisher: broker unavailable or slow; retrying");
+            }
+            Failure::Refused(error) => tracing::error!(
+                %error,
+                sequence = at.sequence,
+                posting_id = %at.posting_id,
+                retry_in = ?delay,
+                "outbox publisher HALTED: the broker refuses this event; the events behind it wait so their order is kept. Fix the stream (e.g. its max message size); publishing resumes once the broker accepts it"
+            ),
+        }
+        Some(delay)
     }
 
     /// The JetStream context, connecting and creating the stream if needed.
