@@ -452,42 +452,10 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             database_url,
             outbox,
             metrics_listen,
-        } => {
-            let Some(opts) = outbox.publisher(&database_url, None, None)? else {
-                return Err("ledger relay needs --nats-url (env LEDGER_NATS_URL)".into());
-            };
-            crate::storage::migrate(&database_url).await?;
-            let _metrics = match metrics_listen {
-                Some(addr) => {
-                    let pool = crate::storage::pool(&database_url, RELAY_METRICS_POOL)?;
-                    Some(crate::metrics::serve(addr, pool).await?)
-                }
-                None => None,
-            };
-            let (stop, stopped) = tokio::sync::watch::channel(false);
-            let mut publisher = tokio::spawn(crate::outbox::run(opts, stopped));
-            tokio::select! {
-                _ = shutdown_signal() => {
-                    tracing::info!("shutting down: the publisher stops after its current batch");
-                    let _ = stop.send(true);
-                    publisher.await??;
-                }
-                // It ends by itself only on a configuration error.
-                r = &mut publisher => r??,
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        } => relay(&database_url, outbox, metrics_listen).await,
         Command::Token {
             command: TokenCommand::New { caller, role },
-        } => {
-            crate::access::auth::validate_caller(&caller)?;
-            let role = crate::access::auth::Role::parse(&role)
-                .ok_or_else(|| format!("role {role:?} is not `writer` or `reader`"))?;
-            let token = crate::access::auth::new_token();
-            let line = crate::access::auth::auth_line(&caller, role, &token);
-            print(&format!("{token}\n{line}\n"))?;
-            Ok(ExitCode::SUCCESS)
-        }
+        } => token(&caller, &role),
         Command::Migrate { db } => {
             let (url, pg) = database(&db.into(), "migrate", Holding::OrBorrow).await?;
             let result = migrate(&url).await;
@@ -508,6 +476,48 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
         Command::Posting { command } => client(crate::tools::commands::posting(command).await),
         Command::Balance(args) => client(crate::tools::commands::balance(args).await),
     }
+}
+
+/// `ledger relay`: the outbox publisher alone, until a shutdown signal.
+async fn relay(
+    database_url: &str,
+    outbox: OutboxArgs,
+    metrics_listen: Option<std::net::SocketAddr>,
+) -> Result<ExitCode, BoxError> {
+    let Some(opts) = outbox.publisher(database_url, None, None)? else {
+        return Err("ledger relay needs --nats-url (env LEDGER_NATS_URL)".into());
+    };
+    crate::storage::migrate(database_url).await?;
+    let _metrics = match metrics_listen {
+        Some(addr) => {
+            let pool = crate::storage::pool(database_url, RELAY_METRICS_POOL)?;
+            Some(crate::metrics::serve(addr, pool).await?)
+        }
+        None => None,
+    };
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut publisher = tokio::spawn(crate::outbox::run(opts, stopped));
+    tokio::select! {
+        _ = shutdown_signal() => {
+            tracing::info!("shutting down: the publisher stops after its current batch");
+            let _ = stop.send(true);
+            publisher.await??;
+        }
+        // It ends by itself only on a configuration error.
+        r = &mut publisher => r??,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `ledger token new`: a new token, and the auth-file line that holds its hash.
+fn token(caller: &str, role: &str) -> Result<ExitCode, BoxError> {
+    crate::access::auth::validate_caller(caller)?;
+    let role = crate::access::auth::Role::parse(role)
+        .ok_or_else(|| format!("role {role:?} is not `writer` or `reader`"))?;
+    let token = crate::access::auth::new_token();
+    let line = crate::access::auth::auth_line(caller, role, &token);
+    print(&format!("{token}\n{line}\n"))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Applies the pending migrations and says which.
