@@ -100,6 +100,31 @@ pub async fn run(args: BenchAsOfArgs) -> Result<ExitCode, BoxError> {
 async fn scenario(args: &BenchAsOfArgs, url: &str, ops: OpsOptions) -> Result<(), BoxError> {
     crate::storage::migrate(url).await?;
     let db = Fixture::open(url).await?;
+    let (load_secs, irregular) = load(&db, args).await?;
+    let server = server::start(ServerOptions {
+        listen: "127.0.0.1:0".parse()?,
+        database_url: url.to_owned(),
+        ops,
+        tuning: Default::default(),
+    })
+    .await?;
+    let endpoint = format!("http://{}", server.local_addr);
+    let client = LedgerClient::new(Channel::from_shared(endpoint.clone())?.connect().await?);
+    let reads = read_latencies(client, &db, args).await?;
+    let write = write_rates(&db, &endpoint, args).await?;
+    server.shutdown().await?;
+    let summary = format!(
+        r#"{{"scenario":"as-of","legs":{},"irregular_legs":{irregular},"load_seconds":{load_secs:.1},"get_balance":[{}],"write":{write}}}"#,
+        args.legs,
+        reads.join(","),
+    );
+    crate::cli::print_out(&format!("{summary}\n"))?;
+    Ok(())
+}
+
+/// Loads the history into an empty database: its seconds, and how many legs are back- or
+/// future-dated.
+async fn load(db: &Fixture, args: &BenchAsOfArgs) -> Result<(f64, i64), BoxError> {
     let existing = db.postings().await?;
     if existing > 0 {
         return Err(
@@ -123,33 +148,29 @@ async fn scenario(args: &BenchAsOfArgs, url: &str, ops: OpsOptions) -> Result<()
         "loaded {} legs on {HOT} ({irregular} back- or future-dated) in {load_secs:.1} s",
         args.legs
     );
+    Ok((load_secs, irregular))
+}
 
-    let server = server::start(ServerOptions {
-        listen: "127.0.0.1:0".parse()?,
-        database_url: url.to_owned(),
-
-        ops,
-        tuning: Default::default(),
-    })
-    .await?;
-    let endpoint = format!("http://{}", server.local_addr);
-    let mut client = LedgerClient::new(Channel::from_shared(endpoint.clone())?.connect().await?);
-
+/// GetBalance latencies per kind of cut-off, as JSON objects.
+async fn read_latencies(
+    mut client: LedgerClient<Channel>,
+    db: &Fixture,
+    args: &BenchAsOfArgs,
+) -> Result<Vec<String>, BoxError> {
     let [r_lo, r_hi, e_lo, e_hi] = db.time_bounds().await?;
     let mut rng = XorShift(0x5eed_1234_abcd_0001);
     let mut reads = Vec::new();
     for kind in ["none", "recorded", "effective", "both"] {
         let mut h = Histogram::<u64>::new(3)?;
         for i in 0..(args.samples + args.samples / 10) {
-            let r = uniform(&mut rng, r_lo, r_hi);
-            let e = uniform(&mut rng, e_lo, e_hi);
-            let as_of = match kind {
-                "none" => None,
-                "recorded" => Some((Some(r), None)),
-                "effective" => Some((None, Some(e))),
-                _ => Some((Some(r), Some(e))),
-            }
-            .map(|(r, e)| pb::AsOf {
+            let (r, e) = (uniform(&mut rng, r_lo, r_hi), uniform(&mut rng, e_lo, e_hi));
+            let (r, e) = match kind {
+                "none" => (None, None),
+                "recorded" => (Some(r), None),
+                "effective" => (None, Some(e)),
+                _ => (Some(r), Some(e)),
+            };
+            let as_of = (kind != "none").then(|| pb::AsOf {
                 recorded_at: r.map(ts),
                 effective_at: e.map(ts),
             });
@@ -165,41 +186,37 @@ async fn scenario(args: &BenchAsOfArgs, url: &str, ops: OpsOptions) -> Result<()
                 h.record(start.elapsed().as_micros() as u64)?;
             }
         }
-        let p = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
-        eprintln!(
-            "GetBalance cut-off {kind:<9}: p50 {:.2} ms  p99 {:.2} ms  max {:.2} ms  ({} calls)",
-            p(0.5),
-            p(0.99),
+        let (p50, p99, max) = (
+            h.value_at_quantile(0.5) as f64 / 1000.0,
+            h.value_at_quantile(0.99) as f64 / 1000.0,
             h.max() as f64 / 1000.0,
-            h.len()
         );
-        reads.push(format!(
-            r#"{{"cut_off":"{kind}","p50_ms":{:.3},"p99_ms":{:.3},"max_ms":{:.3},"calls":{}}}"#,
-            p(0.5),
-            p(0.99),
-            h.max() as f64 / 1000.0,
-            h.len()
-        ));
+        eprintln!("GetBalance cut-off {kind:<9}: p50 {p50:.2} ms  p99 {p99:.2} ms  max {max:.2} ms  ({} calls)", h.len());
+        reads.push(format!(r#"{{"cut_off":"{kind}","p50_ms":{p50:.3},"p99_ms":{p99:.3},"max_ms":{max:.3},"calls":{}}}"#, h.len()));
     }
+    Ok(reads)
+}
 
-    // The write path, with and without the structure, alternating.
-    let mut with = Vec::new();
-    let mut without = Vec::new();
+/// The write path with and without the as-of index, alternating, as a JSON object (`null`
+/// without write rounds).
+async fn write_rates(
+    db: &Fixture,
+    endpoint: &str,
+    args: &BenchAsOfArgs,
+) -> Result<String, BoxError> {
+    let (mut with, mut without) = (Vec::new(), Vec::new());
     let mut round = 0u64;
     for r in 0..args.write_rounds {
         for indexed in [true, false] {
             db.set_as_of_index(indexed).await?;
             round += 1;
-            let rate = post_rate(&endpoint, args, round).await?;
-            eprintln!(
-                "write round {} {}: {rate:.0} postings/s",
-                r + 1,
-                if indexed {
-                    "with the index   "
-                } else {
-                    "without the index"
-                }
-            );
+            let rate = post_rate(endpoint, args, round).await?;
+            let how = if indexed {
+                "with the index   "
+            } else {
+                "without the index"
+            };
+            eprintln!("write round {} {how}: {rate:.0} postings/s", r + 1);
             if indexed {
                 with.push(rate)
             } else {
@@ -208,37 +225,21 @@ async fn scenario(args: &BenchAsOfArgs, url: &str, ops: OpsOptions) -> Result<()
         }
     }
     db.set_as_of_index(true).await?;
+    if args.write_rounds == 0 {
+        return Ok("null".to_string());
+    }
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
-    let slowdown = if mean(&without) > 0.0 {
-        (1.0 - mean(&with) / mean(&without)) * 100.0
+    let (with, without) = (mean(&with), mean(&without));
+    let slowdown = if without > 0.0 {
+        (1.0 - with / without) * 100.0
     } else {
         0.0
     };
-    let write = if args.write_rounds == 0 {
-        "null".to_string()
-    } else {
-        eprintln!(
-            "write path: {:.0} postings/s with the index, {:.0} without ({slowdown:+.1}% slower with it)",
-            mean(&with),
-            mean(&without)
-        );
-        format!(
-            r#"{{"with_index_per_s":{:.0},"without_index_per_s":{:.0},"slowdown_percent":{slowdown:.1},"writers":{},"seconds_per_run":{},"rounds":{}}}"#,
-            mean(&with),
-            mean(&without),
-            args.writers,
-            args.write_seconds,
-            args.write_rounds
-        )
-    };
-    server.shutdown().await?;
-    let summary = format!(
-        r#"{{"scenario":"as-of","legs":{},"irregular_legs":{irregular},"load_seconds":{load_secs:.1},"get_balance":[{}],"write":{write}}}"#,
-        args.legs,
-        reads.join(","),
-    );
-    crate::cli::print_out(&format!("{summary}\n"))?;
-    Ok(())
+    eprintln!("write path: {with:.0} postings/s with the index, {without:.0} without ({slowdown:+.1}% slower with it)");
+    Ok(format!(
+        r#"{{"with_index_per_s":{with:.0},"without_index_per_s":{without:.0},"slowdown_percent":{slowdown:.1},"writers":{},"seconds_per_run":{},"rounds":{}}}"#,
+        args.writers, args.write_seconds, args.write_rounds
+    ))
 }
 
 /// Postings per second over `write_seconds`, from `writers` concurrent callers on 4 channels,
