@@ -208,6 +208,9 @@ enum Command {
     /// Benchmark of as-of reads (GetBalance per kind of cut-off on an account with 1,000,000
     /// legs) and of the write path with and without the as-of index.
     BenchAsOf(crate::tools::bench_asof::BenchAsOfArgs),
+    /// Benchmark of the pure decide step alone (no database, no network): decisions per
+    /// second for batches of 1, 64 and 1,000 postings.
+    BenchDecide(crate::tools::bench_decide::BenchDecideArgs),
     /// Accounts: create, get, list (a client of a running server).
     Account {
         #[command(subcommand)]
@@ -469,6 +472,7 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
         Command::Check { db } => Ok(check_command(db.into()).await),
         Command::Report(args) => Ok(crate::tools::report::run(args).await?),
         Command::BenchAsOf(args) => crate::tools::bench_asof::run(args).await,
+        Command::BenchDecide(args) => crate::tools::bench_decide::run(&args),
         Command::Account { command } => client(crate::tools::commands::account(command).await),
         Command::Post(args) => client(crate::tools::commands::post(args).await),
         Command::Capture(args) => client(crate::tools::commands::capture(args).await),

@@ -483,3 +483,32 @@ async fn the_relay_serves_the_outbox_backlog_on_its_metrics_endpoint() {
     );
     relay.kill().await.unwrap();
 }
+
+#[tokio::test]
+async fn bench_decide_reports_decisions_per_second_for_each_batch_size() {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_ledger"))
+        .args([
+            "bench-decide",
+            "--batches",
+            "1,3",
+            "--seconds",
+            "0.05",
+            "--repeat",
+            "1",
+            "--accounts",
+            "4",
+        ])
+        .output()
+        .await
+        .unwrap();
+    let v = json(&out);
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    assert_eq!(results[1]["batch"], 3);
+    assert!(
+        results
+            .iter()
+            .all(|r| r["decisions_per_s"].as_f64().unwrap() > 0.0),
+        "{v}"
+    );
+}
