@@ -465,7 +465,11 @@ mod tests {
             (format!("Bearer {r}"), "ListPostings", Ok("svc-r")),
             (format!("Bearer {r}"), "Post", Err(Reason::PermissionDenied)),
             (format!("Bearer {r}"), "Void", Err(Reason::PermissionDenied)),
-            (format!("Bearer {r}"), "Capture", Err(Reason::PermissionDenied)),
+            (
+                format!("Bearer {r}"),
+                "Capture",
+                Err(Reason::PermissionDenied),
+            ),
             (format!("Bearer {w}"), "Capture", Ok("svc-w")),
             (
                 format!("Bearer {r}"),

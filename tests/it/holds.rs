@@ -965,3 +965,35 @@ async fn as_of_on_the_effective_clock_places_a_back_dated_hold_and_capture_at_th
         ["30.00", "0.00", "0.00", "30.00"]
     );
 }
+
+#[tokio::test]
+async fn twenty_copies_of_one_capture_racing_make_one_capture_and_nineteen_replays() {
+    let mut t = funded("50.00").await;
+    let h = post(&mut t.client, hold("h", "acct:0", "acct:1", "20.00"))
+        .await
+        .unwrap()
+        .posting
+        .unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..20 {
+        let mut c = t.new_client().await;
+        let id = h.posting_id.clone();
+        tasks.push(tokio::spawn(async move {
+            capture(&mut c, "same", &id, vec![]).await.unwrap()
+        }));
+    }
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.push(task.await.unwrap());
+    }
+    assert_eq!(
+        answers.iter().filter(|a| !a.replayed).count(),
+        1,
+        "one capture"
+    );
+    assert!(
+        answers.iter().all(|a| a.posting == answers[0].posting),
+        "every copy answers the same posting"
+    );
+    assert_eq!(t.count("postings").await, 3);
+}
