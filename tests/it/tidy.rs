@@ -2,22 +2,26 @@
 //! only storage speaks to the database driver; the domain knows nothing of async, transport
 //! or SQL; configuration comes from the command line, not from the environment read here and
 //! there; the journal is written by the writer's batch alone (and by the fixtures allowed by
-//! name below).
+//! name below); a panic in a release build aborts. And `ARCHITECTURE.md` stays short and
+//! true: at most [`ARCHITECTURE_MAX_LINES`] lines, every invariant names its tests, and every
+//! test it names exists.
 
 use std::path::{Path, PathBuf};
 
-/// Every `.rs` file under `src/`, relative to the crate (`src/storage/mod.rs`).
-fn sources() -> Vec<(String, String)> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                walk(&path, out);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                out.push(path);
-            }
+/// Every `.rs` file under `dir`, appended to `out`.
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            walk(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
         }
     }
+}
+
+/// Every `.rs` file under `src/`, relative to the crate (`src/storage/mod.rs`).
+fn sources() -> Vec<(String, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
     walk(&root.join("src"), &mut files);
@@ -194,4 +198,150 @@ fn the_tidy_checks_see_the_code_they_guard() {
     assert!(has("src/storage/batch/write.rs", "INSERT INTO postings"));
     assert!(has("src/cli/mod.rs", "env::var"));
     assert!(files.iter().any(|(f, _)| f.starts_with("src/domain/")));
+}
+
+/// The release profile aborts on a panic, so a broken invariant the writer asserts before a
+/// write (`Plan::assert_sound`) stops the process instead of unwinding into a task that
+/// might carry on.
+#[test]
+fn a_panic_in_a_release_build_aborts_the_process() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let release: Vec<&str> = manifest
+        .lines()
+        .skip_while(|l| l.trim() != "[profile.release]")
+        .skip(1)
+        .take_while(|l| !l.trim_start().starts_with('['))
+        .map(str::trim)
+        .collect();
+    assert!(
+        release.contains(&r#"panic = "abort""#),
+        "Cargo.toml's [profile.release] must say panic = \"abort\"; it has: {release:?}"
+    );
+}
+
+/// Longest `ARCHITECTURE.md` may grow: a bird's-eye view, a code map and the rules; history
+/// and measurements go to `docs/decisions/`.
+const ARCHITECTURE_MAX_LINES: usize = 250;
+
+/// The names of every `fn` in the code lines of the `.rs` files under `dirs` (relative to the
+/// crate).
+fn function_names(dirs: &[&str]) -> std::collections::BTreeSet<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in dirs {
+        walk(&root.join(dir), &mut files);
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (_, line) in code(&text) {
+            for (i, _) in line.match_indices("fn ") {
+                if i > 0 && line[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_') {
+                    continue;
+                }
+                let name: String = line[i + 3..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if !name.is_empty() {
+                    names.insert(name);
+                }
+            }
+        }
+    }
+    names
+}
+
+/// The document's blocks: each heading, bullet or paragraph with its continuation lines.
+fn blocks(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut block = String::new();
+    for line in text.lines() {
+        let starts = line.trim().is_empty() || line.starts_with("- ") || line.starts_with('#');
+        if starts && !block.is_empty() {
+            out.push(std::mem::take(&mut block));
+        }
+        if !line.trim().is_empty() {
+            block.push_str(line);
+            block.push('\n');
+        }
+    }
+    if !block.is_empty() {
+        out.push(block);
+    }
+    out
+}
+
+/// The tests a block cites: the backticked names after its `Tests:`.
+fn cited_tests(block: &str) -> Vec<String> {
+    match block.split_once("Tests:") {
+        Some((_, after)) => after
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_owned)
+            .collect(),
+        None => Vec::new(),
+    }
+}
+
+#[test]
+fn architecture_md_is_short_and_every_test_it_names_exists() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
+    let lines = doc.lines().count();
+    assert!(
+        lines <= ARCHITECTURE_MAX_LINES,
+        "ARCHITECTURE.md has {lines} lines, more than {ARCHITECTURE_MAX_LINES}: move history \
+         and measurements to docs/decisions/"
+    );
+
+    let blocks = blocks(&doc);
+    let invariants: Vec<&String> = blocks
+        .iter()
+        .skip_while(|b| !b.starts_with("## Invariants"))
+        .skip(1)
+        .take_while(|b| !b.starts_with("## "))
+        .filter(|b| b.starts_with("- "))
+        .collect();
+    assert!(
+        invariants.len() >= 10,
+        "ARCHITECTURE.md's \"## Invariants\" section lists {} rules",
+        invariants.len()
+    );
+    let untested: Vec<&str> = invariants
+        .iter()
+        .filter(|b| cited_tests(b).is_empty())
+        .map(|b| b.lines().next().unwrap())
+        .collect();
+    assert!(
+        untested.is_empty(),
+        "invariants in ARCHITECTURE.md that name no test (end each with `Tests:` and the \
+         backticked names):\n{}",
+        untested.join("\n")
+    );
+
+    let functions = function_names(&["src", "tests", "client/src"]);
+    let cited: Vec<String> = blocks.iter().flat_map(|b| cited_tests(b)).collect();
+    assert!(
+        cited.len() >= 20,
+        "ARCHITECTURE.md cites {} tests",
+        cited.len()
+    );
+    let missing: Vec<&String> = cited
+        .iter()
+        .filter(|name| {
+            let well_formed = name.contains('_')
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+            !well_formed || !functions.contains(name.as_str())
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md cites tests that are no `fn` under src/, tests/ or client/src/ \
+         (renamed or removed?): {missing:?}"
+    );
 }
