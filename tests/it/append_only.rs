@@ -1,6 +1,7 @@
 //! The journal is append-only, and the database itself says so.
 
 use crate::support::*;
+use ledger::grpc::pb;
 
 #[tokio::test]
 async fn update_delete_and_truncate_on_journal_tables_fail() {
@@ -9,8 +10,17 @@ async fn update_delete_and_truncate_on_journal_tables_fail() {
     t.post(transfer("k", "equity:world", "acct:0", "1.00"))
         .await
         .unwrap();
+    let hold = pb::PostRequest {
+        hold: true,
+        ..transfer("h", "acct:0", "equity:world", "0.50")
+    };
+    t.post(hold).await.unwrap();
     let db = t.db().await;
     let attacks = [
+        "UPDATE hold_legs SET amount = 1000",
+        "DELETE FROM hold_legs",
+        "TRUNCATE hold_legs",
+        "UPDATE postings SET hold = false",
         "UPDATE postings SET memo = 'changed'",
         "DELETE FROM postings",
         "TRUNCATE postings CASCADE",
@@ -34,7 +44,49 @@ async fn update_delete_and_truncate_on_journal_tables_fail() {
             .unwrap_or_default();
         assert!(msg.contains("append-only"), "{sql}: {msg}");
     }
-    assert_eq!(t.count("postings").await, 1);
+    assert_eq!(t.count("postings").await, 2);
     assert_eq!(t.count("entries").await, 2);
-    assert_eq!(t.balance("acct:0", None).await.balance, "1.00");
+    assert_eq!(t.count("hold_legs").await, 2);
+    assert_eq!(t.balance("acct:0", None).await.available, "0.50");
+}
+
+/// The journal itself lets a hold be closed once: a second posting naming the same hold is
+/// refused by the UNIQUE constraint, whoever writes it.
+#[tokio::test]
+async fn the_database_refuses_a_second_close_of_one_hold() {
+    let mut t = TestLedger::start().await;
+    t.standard_accounts(1).await;
+    t.post(transfer("k", "equity:world", "acct:0", "1.00"))
+        .await
+        .unwrap();
+    let hold = pb::PostRequest {
+        hold: true,
+        ..transfer("h", "acct:0", "equity:world", "0.50")
+    };
+    let h = t.post(hold).await.unwrap().posting.unwrap();
+    t.client
+        .void(pb::VoidRequest {
+            idempotency_key: "r".into(),
+            posting_id: h.posting_id.clone(),
+            reason: "released".into(),
+            effective_at: None,
+        })
+        .await
+        .unwrap();
+    let db = t.db().await;
+    // A copy of the release under another key and sequence, as a bug or an intruder would.
+    let copy = format!(
+        "INSERT INTO idempotency_keys (caller, idempotency_key, operation, fingerprint, decided_at)
+           SELECT caller, 'r2', operation, fingerprint, decided_at FROM idempotency_keys WHERE idempotency_key = 'r';
+         INSERT INTO postings (sequence, posting_id, caller, idempotency_key, effective_at, recorded_at, memo, metadata,
+                               key_id, closes_hold_posting_id, close_kind)
+           SELECT 99, gen_random_uuid(), caller, 'r2', effective_at, recorded_at + interval '1 second', memo, metadata,
+                  (SELECT key_id FROM idempotency_keys WHERE idempotency_key = 'r2'), '{}', 'capture'
+           FROM postings WHERE idempotency_key = 'r'",
+        h.posting_id
+    );
+    let err = db.batch_execute(&copy).await.expect_err("a second close");
+    let db_err = err.as_db_error().expect("a database error");
+    assert_eq!(db_err.code().code(), "23505", "{}", db_err.message());
+    assert_eq!(db_err.constraint(), Some("postings_hold_closed_once"));
 }
