@@ -21,6 +21,7 @@ mod outbox;
 mod pages;
 mod pipes;
 mod posting;
+mod readme;
 mod reads;
 mod roles;
 mod server_surface;
