@@ -4,7 +4,7 @@ use super::pb;
 use crate::domain::account::Metadata;
 use crate::domain::amount::format_minor;
 use crate::domain::posting::{LegRequest, PostRequest, VoidRequest};
-use crate::domain::record::{AppliedAsOf, AsOf, Balance, CurrencyTotal, Entry, Posting};
+use crate::domain::record::{AppliedAsOf, AsOf, Balance, CurrencyTotal, Decided, Entry, Posting};
 use crate::domain::{Account, Direction, LedgerError, NormalBalance, Reason};
 use prost_types::Timestamp;
 use time::OffsetDateTime;
@@ -157,6 +157,21 @@ pub fn posting_to_pb(p: &Posting) -> pb::Posting {
             .unwrap_or_default(),
         void_reason: p.void_reason.clone().unwrap_or_default(),
         caller: p.caller.clone(),
+    }
+}
+
+/// One `PostBatch` result: the response, or the error exactly as `Post` would have answered
+/// it (the `google.rpc.Status` a failed call carries, with its `ErrorInfo`).
+pub fn batch_result_to_pb(outcome: Result<Decided, LedgerError>) -> pb::PostBatchResult {
+    use pb::post_batch_result::Outcome;
+    pb::PostBatchResult {
+        outcome: Some(match outcome {
+            Ok(d) => Outcome::Response(pb::PostResponse {
+                posting: Some(posting_to_pb(&d.posting)),
+                replayed: d.replayed,
+            }),
+            Err(e) => Outcome::Error(super::status::to_rpc_status(e)),
+        }),
     }
 }
 

@@ -6,6 +6,7 @@ mod access;
 mod accounts;
 mod append_only;
 mod asof;
+mod batch;
 mod check;
 mod cli;
 mod corrupt;

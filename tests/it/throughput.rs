@@ -168,7 +168,7 @@ const JOURNAL_TABLES: [&str; 5] = [
 ];
 
 /// Rows in each journal table, in the order of [`JOURNAL_TABLES`].
-async fn journal_counts(t: &TestLedger) -> Vec<i64> {
+pub async fn journal_counts(t: &TestLedger) -> Vec<i64> {
     let mut counts = Vec::new();
     for table in JOURNAL_TABLES {
         counts.push(t.count(table).await);
@@ -322,7 +322,7 @@ fn void_of(target: &uuid::Uuid, key: &str) -> WriteRequest {
 }
 
 /// Makes every batch that writes a posting fail inside its transaction (at the outbox row).
-async fn break_outbox(t: &TestLedger) {
+pub async fn break_outbox(t: &TestLedger) {
     t.db()
         .await
         .batch_execute(

@@ -41,20 +41,37 @@ impl TestLedger {
         Self::on_database_with(url, ops).await
     }
 
+    /// Boots a server on a fresh database with its knobs changed by `tune`.
+    pub async fn start_tuned(tune: impl FnOnce(&mut ledger::tuning::Tuning)) -> TestLedger {
+        let url = pg::shared_cluster().fresh_database().await;
+        Self::on_database_tuned(url, app_role_ops(), tune).await
+    }
+
     /// Boots a server on an existing database with these options. The client is plain
     /// (no TLS, no token); TLS tests make their own.
     pub async fn on_database_with(url: String, ops: server::OpsOptions) -> TestLedger {
+        Self::on_database_tuned(url, ops, |_| {}).await
+    }
+
+    /// [`TestLedger::on_database_with`], with the server's knobs changed by `tune`.
+    pub async fn on_database_tuned(
+        url: String,
+        ops: server::OpsOptions,
+        tune: impl FnOnce(&mut ledger::tuning::Tuning),
+    ) -> TestLedger {
         let tls = ops.tls.is_some();
+        let mut tuning = ledger::tuning::Tuning {
+            pool: ledger::storage::PoolTuning {
+                size: 8,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        tune(&mut tuning);
         let options = ServerOptions {
             listen: "127.0.0.1:0".parse().unwrap(),
             database_url: url.clone(),
-            tuning: ledger::tuning::Tuning {
-                pool: ledger::storage::PoolTuning {
-                    size: 8,
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
+            tuning,
             ops,
         };
         let service_config = server::pool_config(&options).expect("the pool's settings");
