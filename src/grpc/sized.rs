@@ -81,6 +81,7 @@ impl Service<http::Request<Body>> for SizedLedger {
 
 #[cfg(test)]
 mod tests {
+    use super::MAX_RESPONSE_BYTES;
     use crate::domain::amount::Amount;
     use crate::domain::limits::{BATCH_GROWTH_PER_LEG, BATCH_RESULT_OVERHEAD, MAX_LEGS};
     use crate::domain::record::{Decided, PostedLeg, Posting};
@@ -88,6 +89,27 @@ mod tests {
     use crate::grpc::convert::batch_result_to_pb;
     use crate::grpc::pb;
     use prost::Message;
+
+    #[test]
+    fn the_client_crate_knows_the_ledgers_limits() {
+        use crate::domain::limits as l;
+        assert_eq!(ledger_client::MAX_BATCH_REQUESTS, l::MAX_BATCH_REQUESTS);
+        assert_eq!(
+            ledger_client::MAX_BATCH_REQUEST_BYTES,
+            l::MAX_BATCH_REQUEST_BYTES
+        );
+        assert_eq!(
+            ledger_client::MAX_AMOUNT_DIGITS as usize,
+            l::MAX_AMOUNT_DIGITS
+        );
+        assert_eq!(ledger_client::MAX_SCALE, l::MAX_SCALE);
+        assert_eq!(ledger_client::PAGE_SIZE, l::MAX_PAGE_SIZE);
+        assert_eq!(ledger_client::MAX_RESPONSE_BYTES, MAX_RESPONSE_BYTES);
+        // An attempt's deadline lets a write batch answer by itself first, and ends before
+        // the server's own.
+        assert!(ledger_client::ATTEMPT_TIMEOUT > crate::writer::BATCH_TIMEOUT);
+        assert!(ledger_client::ATTEMPT_TIMEOUT < crate::transport::REQUEST_TIMEOUT);
+    }
 
     /// Bytes a message takes as an element of a repeated field (tag, length, encoding).
     fn framed(len: usize) -> usize {
