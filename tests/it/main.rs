@@ -9,6 +9,7 @@ mod asof;
 mod batch;
 mod check;
 mod cli;
+mod client;
 mod corrupt;
 mod embedded;
 mod faults;
