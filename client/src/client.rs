@@ -189,22 +189,38 @@ pub struct Client {
     calls: Arc<Calls>,
     accounts: Arc<Mutex<HashMap<String, Account>>>,
     coalescer: Option<Coalescer>,
+    options: Arc<ClientOptions>,
 }
 
 impl Client {
     /// Connects (see [`connect`] for addresses and TLS). Coalescing, when asked for, starts its
     /// dispatcher on the current tokio runtime.
     pub async fn connect(opts: ClientOptions) -> Result<Client, Error> {
-        let coalesce = opts.coalesce.map(check_coalesce).transpose()?;
+        Client::on_new_connection(Arc::new(opts), Arc::default()).await
+    }
+
+    /// A client over a new connection to the same server, with the same options, sharing the
+    /// accounts this one has read (its own coalescing, when on). To spread load over several
+    /// HTTP/2 connections without reading every account once per connection.
+    pub async fn another_connection(&self) -> Result<Client, Error> {
+        Client::on_new_connection(self.options.clone(), self.accounts.clone()).await
+    }
+
+    async fn on_new_connection(
+        options: Arc<ClientOptions>,
+        accounts: Arc<Mutex<HashMap<String, Account>>>,
+    ) -> Result<Client, Error> {
+        let coalesce = options.coalesce.map(check_coalesce).transpose()?;
         let calls = Arc::new(Calls {
-            raw: connect(&opts.connect).await?,
-            retry: opts.retry,
+            raw: connect(&options.connect).await?,
+            retry: options.retry,
             counters: Counters::default(),
         });
         Ok(Client {
             coalescer: coalesce.map(|c| Coalescer::spawn(calls.clone(), c)),
             calls,
-            accounts: Arc::default(),
+            accounts,
+            options,
         })
     }
 

@@ -126,6 +126,11 @@ pub fn show_time(t: OffsetDateTime) -> String {
     t.format(&Rfc3339).unwrap_or_else(|_| t.to_string())
 }
 
+/// A time from `ledger-client` in RFC 3339.
+pub fn show_system_time(t: std::time::SystemTime) -> String {
+    show_time(OffsetDateTime::from(t))
+}
+
 /// A protobuf timestamp in RFC 3339 (empty when absent).
 pub fn show_ts(t: &Option<prost_types::Timestamp>) -> String {
     let Some(ts) = t else { return String::new() };

@@ -568,6 +568,64 @@ async fn bench_open_loop_offers_rate_times_duration_requests_and_reports_what_it
     );
 }
 
+/// Postings answered (new, replayed or rejected) in a summary.
+fn answered(summary: &serde_json::Value) -> i64 {
+    ["postings", "replays", "rejected"]
+        .iter()
+        .map(|f| summary[f].as_i64().unwrap())
+        .sum()
+}
+
+#[tokio::test]
+async fn bench_with_batch_10_sends_post_batch_calls_of_10_and_reports_exactly_what_it_wrote() {
+    let t = TestLedger::start().await;
+    let summary = run_bench(
+        &t,
+        "--duration 2 --concurrency 8 --accounts 20 --hot-account --legs 3 --duplicates 0.1 --batch 10",
+    )
+    .await;
+    let calls = summary["requests"].as_i64().unwrap();
+    assert!(calls > 0, "{summary}");
+    assert_eq!(summary["batch"].as_i64(), Some(10), "{summary}");
+    assert_eq!(
+        summary["post_batch_calls"].as_i64(),
+        Some(calls),
+        "{summary}"
+    );
+    assert_eq!(
+        answered(&summary),
+        10 * calls,
+        "ten postings per call: {summary}"
+    );
+    assert!(summary["replays"].as_i64().unwrap() > 0, "{summary}");
+    // Open loop: 300 postings/s in calls of 10 for 2 s are 60 calls.
+    let summary = run_bench(
+        &t,
+        "--duration 2 --rate 300 --batch 10 --accounts 10 --prefix open",
+    )
+    .await;
+    assert_eq!(summary["requests"].as_i64(), Some(60), "{summary}");
+    assert_eq!(answered(&summary), 600, "{summary}");
+}
+
+#[tokio::test]
+async fn bench_with_client_coalescing_sends_fewer_post_batch_calls_than_postings() {
+    let t = TestLedger::start().await;
+    let summary = run_bench(
+        &t,
+        "--duration 2 --concurrency 64 --accounts 20 --client-coalesce 16",
+    )
+    .await;
+    let postings = summary["postings"].as_i64().unwrap();
+    let calls = summary["post_batch_calls"].as_i64().unwrap();
+    assert!(calls > 0 && calls < postings, "{summary}");
+    assert_eq!(
+        summary["requests"].as_i64(),
+        Some(answered(&summary)),
+        "{summary}"
+    );
+}
+
 #[tokio::test]
 async fn bench_refuses_fewer_than_two_legs() {
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_ledger"))
