@@ -198,6 +198,9 @@ enum Command {
     /// Benchmark of as-of reads (GetBalance per kind of cut-off on an account with 1,000,000
     /// legs) and of the write path with and without the as-of index.
     BenchAsOf(crate::tools::bench_asof::BenchAsOfArgs),
+    /// The writer's own work for batches of N postings straight on a database (no gRPC, no
+    /// service): the key claim and snapshot, the decision and the writes, timed apart.
+    BenchWriter(crate::tools::bench_writer::BenchWriterArgs),
     /// Accounts: create, get, list (a client of a running server).
     Account {
         #[command(subcommand)]
@@ -473,6 +476,10 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
         Command::Check { db } => Ok(check_command(db.into()).await),
         Command::Report(args) => Ok(crate::tools::report::run(args).await?),
         Command::BenchAsOf(args) => crate::tools::bench_asof::run(args).await,
+        Command::BenchWriter(args) => {
+            crate::tools::bench_writer::run(args).await?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Account { command } => client(crate::tools::commands::account(command).await),
         Command::Post(args) => client(crate::tools::commands::post(args).await),
         Command::Void(args) => client(crate::tools::commands::void(args).await),

@@ -6,6 +6,7 @@
 
 pub mod bench;
 pub mod bench_asof;
+pub mod bench_writer;
 pub mod commands;
 pub mod output;
 pub mod report;

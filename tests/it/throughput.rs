@@ -627,6 +627,41 @@ async fn bench_with_client_coalescing_sends_fewer_post_batch_calls_than_postings
 }
 
 #[tokio::test]
+async fn bench_writer_times_the_writers_steps_alone_and_writes_a_journal_that_checks() {
+    let url = pg::shared_cluster().fresh_database().await;
+    for hot in [false, true] {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_ledger"))
+            .args(["bench-writer", "--database-url", &url])
+            .args(["--batch", "10", "--duration", "1", "--accounts", "20"])
+            .args(hot.then_some("--hot-account"))
+            .env("LEDGER_LOG", "warn")
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let summary: serde_json::Value =
+            serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+        assert!(summary["postings"].as_i64().unwrap() >= 10, "{summary}");
+        assert_eq!(
+            summary["postings"].as_i64().unwrap(),
+            10 * summary["batches"].as_i64().unwrap(),
+            "{summary}"
+        );
+        for step in [
+            "load_ms_per_batch",
+            "decide_ms_per_batch",
+            "write_ms_per_batch",
+        ] {
+            assert!(summary[step].as_f64().unwrap() > 0.0, "{step}: {summary}");
+        }
+    }
+    let (ok, report) = crate::faults::ledger_check(&url).await;
+    assert!(ok, "{report}");
+}
+
+#[tokio::test]
 async fn bench_refuses_fewer_than_two_legs() {
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_ledger"))
         .args(["bench", "--server", "127.0.0.1:9", "--legs", "1"])
