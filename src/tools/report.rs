@@ -2,7 +2,9 @@
 //! through `ledger-client`'s typed API (every page at one cut-off, amounts as decimals at the
 //! account's scale) and print an aligned table (with totals) or CSV with a header.
 
-use ledger_client::{AsOf, Client, ClientOptions, Direction, RetryPolicy};
+use ledger_client::{
+    AsOf, Balance, Client, ClientOptions, Direction, Entry, RetryPolicy, TrialBalance,
+};
 use std::fmt::Write as _;
 use std::process::ExitCode;
 use time::OffsetDateTime;
@@ -115,85 +117,76 @@ pub async fn trial_balance(common: &Common, prefix: &str) -> Result<String, Repo
         .trial_balance(prefix, requested(common))
         .await
         .map_err(rpc_error)?;
-    let (balances, totals) = (trial.balances, trial.totals);
-    let applied = balances.first().map(|b| b.as_of);
-    let sequence = applied.map_or(0, |a| a.sequence);
     Ok(match common.format {
-        Format::Csv => {
-            let mut out = String::from("account,currency,debits,credits,balance\n");
-            for b in &balances {
-                let _ = writeln!(
-                    out,
-                    "{},{},{},{},{}",
-                    b.account, b.currency, b.debits, b.credits, b.balance
-                );
-            }
-            for t in &totals {
-                let _ = writeln!(out, "TOTAL,{},{},{},", t.currency, t.debits, t.credits);
-            }
-            out
-        }
-        Format::Table => {
-            let mut out = String::new();
-            match &applied {
-                Some(a) => {
-                    let _ = writeln!(
-                        out,
-                        "Trial balance{} as recorded at {}, effective at {} (journal sequence {sequence})\n",
-                        if prefix.is_empty() { String::new() } else { format!(" of {prefix}*") },
-                        show_ts(a.recorded_at),
-                        show_ts(a.effective_at),
-                    );
-                }
-                None => {
-                    let _ = writeln!(
-                        out,
-                        "Trial balance{}: no account has activity at this cut-off",
-                        if prefix.is_empty() {
-                            String::new()
-                        } else {
-                            format!(" of {prefix}*")
-                        }
-                    );
-                    return Ok(out);
-                }
-            }
-            let mut rows: Vec<[String; 5]> = vec![[
-                "ACCOUNT".into(),
-                "CURRENCY".into(),
-                "DEBITS".into(),
-                "CREDITS".into(),
-                "BALANCE".into(),
-            ]];
-            for b in &balances {
-                rows.push([
-                    b.account.clone(),
-                    b.currency.clone(),
-                    b.debits.to_string(),
-                    b.credits.to_string(),
-                    b.balance.to_string(),
-                ]);
-            }
-            let body = rows.len();
-            for t in &totals {
-                // Only a whole ledger must balance; a prefix selects part of it.
-                let mark = match (prefix.is_empty(), t.debits == t.credits) {
-                    (false, _) => "",
-                    (true, true) => "balanced",
-                    (true, false) => "NOT BALANCED",
-                };
-                rows.push([
-                    "TOTAL".into(),
-                    t.currency.clone(),
-                    t.debits.to_string(),
-                    t.credits.to_string(),
-                    mark.into(),
-                ]);
-            }
-            out.push_str(&table(&rows, &[false, false, true, true, true], Some(body)));
-            out
-        }
+        Format::Csv => trial_balance_csv(&trial),
+        Format::Table => trial_balance_table(&trial, prefix),
     })
+}
+
+fn trial_balance_csv(trial: &TrialBalance) -> String {
+    let mut out = String::from("account,currency,debits,credits,balance\n");
+    for b in &trial.balances {
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{}",
+            b.account, b.currency, b.debits, b.credits, b.balance
+        );
+    }
+    for t in &trial.totals {
+        let _ = writeln!(out, "TOTAL,{},{},{},", t.currency, t.debits, t.credits);
+    }
+    out
+}
+
+fn trial_balance_table(trial: &TrialBalance, prefix: &str) -> String {
+    let of = if prefix.is_empty() {
+        String::new()
+    } else {
+        format!(" of {prefix}*")
+    };
+    let Some(a) = trial.balances.first().map(|b| b.as_of) else {
+        return format!("Trial balance{of}: no account has activity at this cut-off\n");
+    };
+    let mut out = format!(
+        "Trial balance{of} as recorded at {}, effective at {} (journal sequence {})\n\n",
+        show_ts(a.recorded_at),
+        show_ts(a.effective_at),
+        a.sequence,
+    );
+    let mut rows: Vec<[String; 5]> = vec![[
+        "ACCOUNT".into(),
+        "CURRENCY".into(),
+        "DEBITS".into(),
+        "CREDITS".into(),
+        "BALANCE".into(),
+    ]];
+    rows.extend(trial.balances.iter().map(|b| {
+        [
+            b.account.clone(),
+            b.currency.clone(),
+            b.debits.to_string(),
+            b.credits.to_string(),
+            b.balance.to_string(),
+        ]
+    }));
+    let body = rows.len();
+    for t in &trial.totals {
+        // Only a whole ledger must balance; a prefix selects part of it.
+        let mark = match (prefix.is_empty(), t.debits == t.credits) {
+            (false, _) => "",
+            (true, true) => "balanced",
+            (true, false) => "NOT BALANCED",
+        };
+        rows.push([
+            "TOTAL".into(),
+            t.currency.clone(),
+            t.debits.to_string(),
+            t.credits.to_string(),
+            mark.into(),
+        ]);
+    }
+    out.push_str(&table(&rows, &[false, false, true, true, true], Some(body)));
+    out
 }
 
 /// The statement, rendered. The cut-off is resolved once (by GetBalance) and the statement
@@ -215,88 +208,84 @@ pub async fn statement(common: &Common, account: &str) -> Result<String, ReportE
             balance.balance
         )));
     }
-    let debit = Direction::Debit;
-    let applied = balance.as_of;
     Ok(match common.format {
-        Format::Csv => {
-            let mut out = String::from(
-                "sequence,posting_id,recorded_at,effective_at,debit,credit,balance_after\n",
-            );
-            for e in &entries {
-                let amount = e.amount.to_string();
-                let (d, c) = if e.direction == debit {
-                    (amount.as_str(), "")
-                } else {
-                    ("", amount.as_str())
-                };
-                let _ = writeln!(
-                    out,
-                    "{},{},{},{},{d},{c},{}",
-                    e.sequence,
-                    e.posting_id,
-                    show_ts(e.recorded_at),
-                    show_ts(e.effective_at),
-                    e.balance_after
-                );
-            }
-            out
-        }
-        Format::Table => {
-            let mut out = String::new();
-            let _ = writeln!(
-                out,
-                "Statement of {account} ({}) as recorded at {}, effective at {} (journal sequence {})\n",
-                balance.currency,
-                show_ts(applied.recorded_at),
-                show_ts(applied.effective_at),
-                applied.sequence,
-            );
-            let mut rows: Vec<[String; 7]> = vec![[
-                "SEQUENCE".into(),
-                "RECORDED_AT".into(),
-                "EFFECTIVE_AT".into(),
-                "POSTING_ID".into(),
-                "DEBIT".into(),
-                "CREDIT".into(),
-                "BALANCE".into(),
-            ]];
-            for e in &entries {
-                let (d, c) = if e.direction == debit {
-                    (e.amount.to_string(), String::new())
-                } else {
-                    (String::new(), e.amount.to_string())
-                };
-                rows.push([
-                    e.sequence.to_string(),
-                    show_ts(e.recorded_at),
-                    show_ts(e.effective_at),
-                    e.posting_id.clone(),
-                    d,
-                    c,
-                    e.balance_after.to_string(),
-                ]);
-            }
-            let body = rows.len();
-            rows.push([
-                "TOTAL".into(),
-                String::new(),
-                String::new(),
-                match entries.len() {
-                    1 => "1 entry".to_string(),
-                    n => format!("{n} entries"),
-                },
-                balance.debits.to_string(),
-                balance.credits.to_string(),
-                balance.balance.to_string(),
-            ]);
-            out.push_str(&table(
-                &rows,
-                &[true, false, false, false, true, true, true],
-                Some(body),
-            ));
-            out
-        }
+        Format::Csv => statement_csv(&entries),
+        Format::Table => statement_table(account, &balance, &entries),
     })
+}
+
+/// An entry's amount in the debit or the credit column.
+fn sides(e: &Entry) -> (String, String) {
+    match e.direction {
+        Direction::Debit => (e.amount.to_string(), String::new()),
+        Direction::Credit => (String::new(), e.amount.to_string()),
+    }
+}
+
+fn statement_csv(entries: &[Entry]) -> String {
+    let mut out =
+        String::from("sequence,posting_id,recorded_at,effective_at,debit,credit,balance_after\n");
+    for e in entries {
+        let (d, c) = sides(e);
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{d},{c},{}",
+            e.sequence,
+            e.posting_id,
+            show_ts(e.recorded_at),
+            show_ts(e.effective_at),
+            e.balance_after
+        );
+    }
+    out
+}
+
+fn statement_table(account: &str, balance: &Balance, entries: &[Entry]) -> String {
+    let applied = balance.as_of;
+    let mut out = format!(
+        "Statement of {account} ({}) as recorded at {}, effective at {} (journal sequence {})\n\n",
+        balance.currency,
+        show_ts(applied.recorded_at),
+        show_ts(applied.effective_at),
+        applied.sequence,
+    );
+    let mut rows: Vec<[String; 7]> = vec![[
+        "SEQUENCE".into(),
+        "RECORDED_AT".into(),
+        "EFFECTIVE_AT".into(),
+        "POSTING_ID".into(),
+        "DEBIT".into(),
+        "CREDIT".into(),
+        "BALANCE".into(),
+    ]];
+    rows.extend(entries.iter().map(|e| {
+        let (d, c) = sides(e);
+        [
+            e.sequence.to_string(),
+            show_ts(e.recorded_at),
+            show_ts(e.effective_at),
+            e.posting_id.clone(),
+            d,
+            c,
+            e.balance_after.to_string(),
+        ]
+    }));
+    let body = rows.len();
+    rows.push([
+        "TOTAL".into(),
+        String::new(),
+        String::new(),
+        match entries.len() {
+            1 => "1 entry".to_string(),
+            n => format!("{n} entries"),
+        },
+        balance.debits.to_string(),
+        balance.credits.to_string(),
+        balance.balance.to_string(),
+    ]);
+    let right = [true, false, false, false, true, true, true];
+    out.push_str(&table(&rows, &right, Some(body)));
+    out
 }
 
 /// Aligned columns (right-aligned where `right`), with a rule under the heading and before

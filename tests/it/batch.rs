@@ -106,9 +106,9 @@ async fn two_ledgers_with_the_same_history() -> (TestLedger, TestLedger) {
     (a, b)
 }
 
-#[tokio::test]
-async fn a_batch_answers_each_request_exactly_as_post_answers_the_same_requests_one_by_one() {
-    let (mut batched, mut one_by_one) = two_ledgers_with_the_same_history().await;
+/// Requests of every kind `Post` answers, on the history of
+/// [`two_ledgers_with_the_same_history`], and what each is answered (in this order).
+fn every_kind_of_request() -> (Vec<pb::PostRequest>, [&'static str; 11]) {
     let mut bad_time = transfer("bad-time", "equity:world", "acct:0", "1.00");
     bad_time.effective_at = Some(prost_types::Timestamp {
         seconds: 0,
@@ -127,6 +127,52 @@ async fn a_batch_answers_each_request_exactly_as_post_answers_the_same_requests_
         transfer("spend", "acct:1", "acct:0", "4.00"), // spends what "pay" brought, before it in the call
         transfer("overdraw", "acct:1", "acct:0", "50.00"), // the bound rejection, answered again
     ];
+    let kinds = [
+        "accepted",
+        "replayed",
+        "replayed",
+        "AMOUNT_SCALE",
+        "ACCOUNT_NOT_FOUND",
+        "INVALID_FIELD",
+        "INSUFFICIENT_FUNDS",
+        "IDEMPOTENCY_KEY_REUSED",
+        "accepted",
+        "accepted",
+        "INSUFFICIENT_FUNDS",
+    ];
+    (requests, kinds)
+}
+
+/// What an answer is: accepted, replayed, or its error's reason.
+fn kind(a: &Result<pb::PostResponse, tonic::Status>) -> String {
+    match a {
+        Ok(r) if r.replayed => "replayed".to_string(),
+        Ok(_) => "accepted".to_string(),
+        Err(s) => reason(s),
+    }
+}
+
+/// A normalizer that names the posting recorded under "earlier" first.
+async fn naming_earlier_first(t: &mut TestLedger) -> Normalized {
+    let mut n = Normalized::new();
+    let earlier = t
+        .client
+        .get_posting(pb::GetPostingRequest {
+            by: Some(pb::get_posting_request::By::IdempotencyKey(
+                "earlier".into(),
+            )),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    n.id(&earlier.posting_id);
+    n
+}
+
+#[tokio::test]
+async fn a_batch_answers_each_request_exactly_as_post_answers_the_same_requests_one_by_one() {
+    let (mut batched, mut one_by_one) = two_ledgers_with_the_same_history().await;
+    let (requests, kinds) = every_kind_of_request();
     let results = batched
         .client
         .post_batch(batch(requests.clone()))
@@ -142,43 +188,10 @@ async fn a_batch_answers_each_request_exactly_as_post_answers_the_same_requests_
     }
 
     // What each is, so the comparison below compares what this test claims.
-    let kind = |a: &Result<pb::PostResponse, tonic::Status>| match a {
-        Ok(r) if r.replayed => "replayed".to_string(),
-        Ok(_) => "accepted".to_string(),
-        Err(s) => reason(s),
-    };
-    let kinds: Vec<String> = answers.iter().map(kind).collect();
-    assert_eq!(
-        kinds,
-        [
-            "accepted",
-            "replayed",
-            "replayed",
-            "AMOUNT_SCALE",
-            "ACCOUNT_NOT_FOUND",
-            "INVALID_FIELD",
-            "INSUFFICIENT_FUNDS",
-            "IDEMPOTENCY_KEY_REUSED",
-            "accepted",
-            "accepted",
-            "INSUFFICIENT_FUNDS",
-        ]
-    );
-    let (mut na, mut nb) = (Normalized::new(), Normalized::new());
-    // The earlier posting is named first on both sides.
-    for (t, n) in [(&mut batched, &mut na), (&mut one_by_one, &mut nb)] {
-        let earlier = t
-            .client
-            .get_posting(pb::GetPostingRequest {
-                by: Some(pb::get_posting_request::By::IdempotencyKey(
-                    "earlier".into(),
-                )),
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        n.id(&earlier.posting_id);
-    }
+    let got: Vec<String> = answers.iter().map(kind).collect();
+    assert_eq!(got, kinds);
+    let mut na = naming_earlier_first(&mut batched).await;
+    let mut nb = naming_earlier_first(&mut one_by_one).await;
     for (i, (a, b)) in answers.into_iter().zip(alone).enumerate() {
         assert_eq!(na.answer(a), nb.answer(b), "request {i}: {:?}", requests[i]);
     }
@@ -254,6 +267,19 @@ async fn a_batch_of_max_batch_requests_is_decided_whole_in_order_and_one_more_is
     assert_eq!(t.balance("acct:3", None).await.balance, "100.00");
 }
 
+/// A `PostBatch` of `requests` on `t`, its results as `Post` answers (or the call's error).
+async fn send_batch(
+    t: &TestLedger,
+    requests: Vec<pb::PostRequest>,
+) -> Result<Vec<Result<pb::PostResponse, tonic::Status>>, tonic::Status> {
+    let r = t.client.clone().post_batch(batch(requests)).await?;
+    Ok(r.into_inner()
+        .results
+        .into_iter()
+        .map(as_post_answer)
+        .collect())
+}
+
 #[tokio::test]
 async fn a_batch_whose_database_batch_fails_answers_unavailable_writes_nothing_and_resent_records_each_once(
 ) {
@@ -271,11 +297,7 @@ async fn a_batch_whose_database_batch_fails_answers_unavailable_writes_nothing_a
     ];
     break_outbox(&t).await;
     let before = journal_counts(&t).await;
-    let e = t
-        .client
-        .post_batch(batch(requests.clone()))
-        .await
-        .unwrap_err();
+    let e = send_batch(&t, requests.clone()).await.unwrap_err();
     assert_error(&e, Code::Unavailable, "STORAGE_UNAVAILABLE");
     assert_eq!(
         journal_counts(&t).await,
@@ -288,46 +310,23 @@ async fn a_batch_whose_database_batch_fails_answers_unavailable_writes_nothing_a
         .batch_execute("DROP TRIGGER test_refuse_outbox ON outbox")
         .await
         .unwrap();
-    let first: Vec<_> = t
-        .client
-        .post_batch(batch(requests.clone()))
+    let first = send_batch(&t, requests.clone())
         .await
-        .expect("the re-sent call succeeds")
-        .into_inner()
-        .results
-        .into_iter()
-        .map(as_post_answer)
-        .collect();
-    assert!(
-        !first[0].as_ref().unwrap().replayed,
-        "the failed call decided nothing"
+        .expect("the re-sent call succeeds");
+    // The failed call decided nothing: the first request is new, not replayed.
+    let kinds: Vec<String> = first.iter().map(kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            "accepted",
+            "replayed",
+            "INSUFFICIENT_FUNDS",
+            "AMOUNT_SCALE",
+            "accepted"
+        ]
     );
-    assert!(
-        first[1].as_ref().unwrap().replayed,
-        "the duplicate in the call"
-    );
-    assert_error(
-        first[2].as_ref().unwrap_err(),
-        Code::FailedPrecondition,
-        "INSUFFICIENT_FUNDS",
-    );
-    assert_error(
-        first[3].as_ref().unwrap_err(),
-        Code::InvalidArgument,
-        "AMOUNT_SCALE",
-    );
-    assert!(!first[4].as_ref().unwrap().replayed);
     // Sent a third time: every decision is the same, nothing is recorded twice.
-    let again: Vec<_> = t
-        .client
-        .post_batch(batch(requests))
-        .await
-        .unwrap()
-        .into_inner()
-        .results
-        .into_iter()
-        .map(as_post_answer)
-        .collect();
+    let again = send_batch(&t, requests).await.unwrap();
     for i in [0, 1, 4] {
         let (x, y) = (first[i].as_ref().unwrap(), again[i].as_ref().unwrap());
         assert!(y.replayed);
@@ -382,6 +381,46 @@ async fn a_batch_over_its_byte_limit_is_refused_whole_naming_it_while_two_mib_pa
     assert!(e.message().contains("MAX_REQUEST_BYTES"), "{e:?}");
 }
 
+/// Caller `c`'s single posts to acct:20..40 (they keep the writer busy meanwhile).
+async fn noise(mut client: pb::ledger_client::LedgerClient<tonic::transport::Channel>, c: usize) {
+    for n in 0..40 {
+        let to = format!("acct:{}", 20 + (c * 40 + n) % 20);
+        let key = format!("noise-{c}-{n}");
+        client
+            .post(transfer(&key, "equity:world", &to, "1.00"))
+            .await
+            .unwrap();
+    }
+}
+
+/// Caller `c`'s calls of 7 chained transfers among acct:0..20: each account starts empty in
+/// its call, so every request may only spend what the one before it brought. Each call must
+/// get consecutive sequences (one write batch, nobody else's posting in between).
+async fn chains(mut client: pb::ledger_client::LedgerClient<tonic::transport::Channel>, c: usize) {
+    for n in 0..10 {
+        let acct = |k: usize| format!("acct:{}", (c + k) % 20);
+        let key = |k: usize| format!("chain-{c}-{n}-{k}");
+        let mut reqs = vec![transfer(&key(0), "equity:world", &acct(0), "3.00")];
+        for k in 1..6 {
+            reqs.push(transfer(&key(k), &acct(k - 1), &acct(k), "3.00"));
+        }
+        reqs.push(transfer(&key(6), &acct(5), "equity:world", "3.00"));
+        let results = client.post_batch(batch(reqs)).await.unwrap().into_inner();
+        let sequences: Vec<u64> = results
+            .results
+            .into_iter()
+            .enumerate()
+            .map(|(k, r)| {
+                let p =
+                    as_post_answer(r).unwrap_or_else(|e| panic!("chain {c}-{n} step {k}: {e:?}"));
+                p.posting.unwrap().sequence
+            })
+            .collect();
+        let first = sequences[0];
+        assert_eq!(sequences, (first..first + 7).collect::<Vec<_>>());
+    }
+}
+
 #[tokio::test]
 async fn a_batch_is_decided_whole_in_its_order_under_concurrent_load_so_each_request_sees_the_ones_before_it(
 ) {
@@ -389,49 +428,9 @@ async fn a_batch_is_decided_whole_in_its_order_under_concurrent_load_so_each_req
     let mut t = TestLedger::start_tuned(|t| t.writer.batch_max = 4).await;
     t.standard_accounts(40).await;
     let mut tasks = Vec::new();
-    // Single posts keep both writer lanes busy while the batches run.
     for c in 0..8 {
-        let mut client = t.new_client().await;
-        tasks.push(tokio::spawn(async move {
-            for n in 0..40 {
-                let to = format!("acct:{}", 20 + (c * 40 + n) % 20);
-                client
-                    .post(transfer(
-                        &format!("noise-{c}-{n}"),
-                        "equity:world",
-                        &to,
-                        "1.00",
-                    ))
-                    .await
-                    .unwrap();
-            }
-        }));
-    }
-    for c in 0..8 {
-        let mut client = t.new_client().await;
-        tasks.push(tokio::spawn(async move {
-            for n in 0..10 {
-                // Each account starts empty in its batch: every request may only spend what
-                // the request before it in the call brought.
-                let acct = |k: usize| format!("acct:{}", (c + k) % 20);
-                let key = |k: usize| format!("chain-{c}-{n}-{k}");
-                let mut reqs = vec![transfer(&key(0), "equity:world", &acct(0), "3.00")];
-                for k in 1..6 {
-                    reqs.push(transfer(&key(k), &acct(k - 1), &acct(k), "3.00"));
-                }
-                reqs.push(transfer(&key(6), &acct(5), "equity:world", "3.00"));
-                let results = client.post_batch(batch(reqs)).await.unwrap().into_inner();
-                let mut sequences = Vec::new();
-                for (k, r) in results.results.into_iter().enumerate() {
-                    let p = as_post_answer(r)
-                        .unwrap_or_else(|e| panic!("chain {c}-{n} step {k}: {e:?}"));
-                    sequences.push(p.posting.unwrap().sequence);
-                }
-                // One write batch, no other caller's posting in between.
-                let first = sequences[0];
-                assert_eq!(sequences, (first..first + 7).collect::<Vec<_>>());
-            }
-        }));
+        tasks.push(tokio::spawn(noise(t.new_client().await, c)));
+        tasks.push(tokio::spawn(chains(t.new_client().await, c)));
     }
     for task in tasks {
         task.await.unwrap();
@@ -492,24 +491,26 @@ fn post_command(
     ledger::domain::write::Command::Post(req.validate(accounts).expect("valid"))
 }
 
-#[tokio::test]
-async fn a_call_is_queued_whole_or_refused_whole_naming_max_write_queue_and_decided_in_one_batch() {
-    let mut t = TestLedger::start().await;
-    t.standard_accounts(6).await;
+/// The accounts of `standard_accounts(6)` by code, and a writer of its own on the test's
+/// database (one lane, batches of at most 4, a queue of 12) whose batch sizes are recorded.
+async fn observed_writer(
+    t: &TestLedger,
+) -> (
+    HashMap<String, ledger::domain::Account>,
+    ledger::writer::Writer,
+    std::sync::Arc<std::sync::Mutex<Vec<usize>>>,
+) {
     let pool = ledger::storage::pool(&t.database_url, 2).unwrap();
     let codes: Vec<String> = ["equity:world".to_string()]
         .into_iter()
         .chain((0..6).map(|i| format!("acct:{i}")))
         .collect();
-    let accounts: HashMap<_, _> =
-        ledger::storage::accounts::get_many(&pool.get().await.unwrap(), &codes)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|a| (a.code.clone(), a))
-            .collect();
-    let cmd = |key: &str, from: &str, to: &str| post_command(&accounts, key, from, to);
-    let single = |key: &str| cmd(key, "equity:world", "acct:0");
+    let accounts = ledger::storage::accounts::get_many(&pool.get().await.unwrap(), &codes)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|a| (a.code.clone(), a))
+        .collect();
     let batches = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = batches.clone();
     let writer = ledger::writer::Writer::spawn(
@@ -525,6 +526,16 @@ async fn a_call_is_queued_whole_or_refused_whole_naming_max_write_queue_and_deci
             ..Default::default()
         },
     );
+    (accounts, writer, batches)
+}
+
+#[tokio::test]
+async fn a_call_is_queued_whole_or_refused_whole_naming_max_write_queue_and_decided_in_one_batch() {
+    let mut t = TestLedger::start().await;
+    t.standard_accounts(6).await;
+    let (accounts, writer, batches) = observed_writer(&t).await;
+    let cmd = |key: &str, from: &str, to: &str| post_command(&accounts, key, from, to);
+    let single = |key: &str| cmd(key, "equity:world", "acct:0");
     // The journal is locked: the lane's first batch waits, and what follows stays queued.
     let lock = t.db().await;
     lock.batch_execute("BEGIN; LOCK TABLE ledger_state IN ACCESS EXCLUSIVE MODE")

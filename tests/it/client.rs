@@ -172,6 +172,54 @@ async fn the_retry_policy_against_a_server_killed_mid_call_and_restarted_ends_wi
     assert_exactly_once(&url, TASKS, POSTS).await;
 }
 
+/// Task `i` of the coalescing test: posts its own posting (every 20th an overdraft of acct:0,
+/// which may not go negative; the last two one posting under one key) once every task is
+/// ready, and checks that the answer is its own. Returns the shared key's answers.
+async fn one_task(
+    client: Client,
+    start: Arc<tokio::sync::Barrier>,
+    i: usize,
+) -> Option<ledger_client::Posted> {
+    let overdraft = i % 20 == 7;
+    let (key, from, to, amount) = match i {
+        _ if overdraft => (
+            format!("over-{i}"),
+            "acct:0",
+            "equity:world",
+            dec("1000000"),
+        ),
+        198 | 199 => ("twice".to_string(), "equity:world", "acct:0", dec("2.00")),
+        _ => (
+            format!("t-{i}"),
+            "equity:world",
+            "acct:0",
+            Decimal::new(i as i64 + 1, 2),
+        ),
+    };
+    let p = NewPosting::new(&key).debit(to, amount).credit(from, amount);
+    start.wait().await;
+    let answer = client.post(p).await;
+    if overdraft {
+        let e = answer.expect_err("an overdraft");
+        assert_eq!(e.reason(), Some(Reason::InsufficientFunds), "task {i}: {e}");
+        return None;
+    }
+    let posted = answer.unwrap_or_else(|e| panic!("task {i}: {e}"));
+    assert_eq!(
+        posted.posting.idempotency_key, key,
+        "task {i} got its own answer"
+    );
+    assert!(
+        posted.posting.legs.iter().all(|l| l.amount == amount),
+        "task {i}"
+    );
+    if key == "twice" {
+        return Some(posted);
+    }
+    assert!(!posted.replayed, "task {i}");
+    None
+}
+
 #[tokio::test]
 async fn coalescing_under_200_concurrent_tasks_sends_fewer_calls_than_posts_and_each_task_gets_its_own_answer(
 ) {
@@ -191,51 +239,13 @@ async fn coalescing_under_200_concurrent_tasks_sends_fewer_calls_than_posts_and_
     let metrics_addr = metrics.parse().unwrap();
     let before = scrape(metrics_addr).await;
     let start = Arc::new(tokio::sync::Barrier::new(TASKS));
-    let mut tasks = Vec::new();
-    for i in 0..TASKS {
-        let (client, start) = (client.clone(), start.clone());
-        tasks.push(tokio::spawn(async move {
-            let cents = Decimal::new(i as i64 + 1, 2);
-            // Every 20th task overdraws acct:0 (which may not go negative); the last two
-            // send the same posting under one key.
-            let (key, from, to) = match i {
-                _ if i % 20 == 7 => (format!("over-{i}"), "acct:0", "equity:world"),
-                198 | 199 => ("twice".to_string(), "equity:world", "acct:0"),
-                _ => (format!("t-{i}"), "equity:world", "acct:0"),
-            };
-            let amount = if i % 20 == 7 {
-                dec("1000000")
-            } else if i >= 198 {
-                dec("2.00")
-            } else {
-                cents
-            };
-            let p = NewPosting::new(&key).debit(to, amount).credit(from, amount);
-            start.wait().await;
-            (i, key, amount, client.post(p).await)
-        }));
-    }
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|i| tokio::spawn(one_task(client.clone(), start.clone(), i)))
+        .collect();
     let mut twice = Vec::new();
     for t in tasks {
-        let (i, key, amount, answer) = t.await.unwrap();
-        if i % 20 == 7 {
-            let e = answer.expect_err("an overdraft");
-            assert_eq!(e.reason(), Some(Reason::InsufficientFunds), "task {i}: {e}");
-            continue;
-        }
-        let posted = answer.unwrap_or_else(|e| panic!("task {i}: {e}"));
-        assert_eq!(
-            posted.posting.idempotency_key, key,
-            "task {i} got its own answer"
-        );
-        assert!(
-            posted.posting.legs.iter().all(|l| l.amount == amount),
-            "task {i}"
-        );
-        if key == "twice" {
-            twice.push(posted);
-        } else {
-            assert!(!posted.replayed, "task {i}");
+        if let Some(p) = t.await.unwrap() {
+            twice.push(p);
         }
     }
     assert_eq!(
