@@ -277,6 +277,20 @@ impl Client {
         Ok(a)
     }
 
+    /// The scale of an account (read once, then kept), without copying the account.
+    async fn scale(&self, code: &str) -> Result<u32, Error> {
+        let kept = self
+            .accounts
+            .lock()
+            .expect("accounts lock")
+            .get(code)
+            .map(|a| a.scale);
+        match kept {
+            Some(scale) => Ok(scale),
+            None => Ok(self.account(code).await?.scale),
+        }
+    }
+
     fn remember(&self, a: &Account) {
         let mut accounts = self.accounts.lock().expect("accounts lock");
         if accounts.len() >= MAX_CACHED_ACCOUNTS {
@@ -297,7 +311,7 @@ impl Client {
         }
         let mut legs = Vec::with_capacity(p.legs.len());
         for leg in &p.legs {
-            let scale = self.account(&leg.account).await?.scale;
+            let scale = self.scale(&leg.account).await?;
             legs.push(pb::Leg {
                 account: leg.account.clone(),
                 direction: leg.direction.to_pb(),
