@@ -7,3 +7,6 @@ bash scripts/ensure-deps.sh
 cargo fmt --all --check
 cargo clippy --locked --workspace --all-targets -- -D warnings
 cargo test --locked --workspace --lib --tests -- --test-threads "${LEDGER_TEST_THREADS:-4}"
+# The client's documented example compiles (it is no_run: it needs a server, and
+# tests/it/client.rs runs the same lines against one).
+cargo test --locked --doc -p ledger-client

@@ -22,6 +22,8 @@ pub const REQUEST_SECONDS: &str = "ledger_grpc_request_duration_seconds";
 pub const BATCH_SIZE: &str = "ledger_write_batch_size";
 /// Write batches by result (counter).
 pub const BATCHES: &str = "ledger_write_batches_total";
+/// Requests per `PostBatch` call (histogram; its count is the number of calls).
+pub const POST_BATCH_REQUESTS: &str = "ledger_post_batch_requests";
 /// Events waiting in the outbox (gauge).
 pub const OUTBOX_BACKLOG: &str = "ledger_outbox_backlog";
 /// Age of the oldest event waiting in the outbox (gauge, seconds; 0 when empty).
@@ -73,6 +75,12 @@ pub fn install() -> PrometheusHandle {
                 .and_then(|b| {
                     b.set_buckets_for_metric(Matcher::Full(BATCH_SIZE.into()), BATCH_BUCKETS)
                 })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full(POST_BATCH_REQUESTS.into()),
+                        BATCH_BUCKETS,
+                    )
+                })
                 .expect("non-empty buckets")
                 .build_recorder();
             let handle = recorder.handle();
@@ -97,6 +105,10 @@ fn describe() {
     );
     metrics::describe_histogram!(BATCH_SIZE, "requests per write batch (one transaction)");
     metrics::describe_counter!(BATCHES, "write batches by result (ok, failed)");
+    metrics::describe_histogram!(
+        POST_BATCH_REQUESTS,
+        "requests per PostBatch call (the count is the number of calls)"
+    );
     metrics::describe_gauge!(OUTBOX_BACKLOG, "events in the outbox not yet published");
     metrics::describe_gauge!(
         OUTBOX_OLDEST_AGE,
@@ -154,6 +166,11 @@ pub fn code_name(code: Code) -> &'static str {
 pub fn request(method: &'static str, code: Code, elapsed: Duration) {
     metrics::counter!(REQUESTS, "method" => method, "code" => code_name(code)).increment(1);
     metrics::histogram!(REQUEST_SECONDS, "method" => method).record(elapsed.as_secs_f64());
+}
+
+/// Records one `PostBatch` call of `requests` requests (refused calls too).
+pub fn post_batch(requests: usize) {
+    metrics::histogram!(POST_BATCH_REQUESTS).record(requests as f64);
 }
 
 /// Records one corrupt journal row met by a request.

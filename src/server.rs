@@ -4,12 +4,12 @@
 
 use crate::access::auth::{AuthFile, AuthPolicy};
 use crate::access::{Access, AccessState};
-use crate::domain::limits::MAX_REQUEST_BYTES;
 use crate::grpc::handlers::LedgerGrpc;
 use crate::grpc::pb::ledger_server::LedgerServer;
+use crate::grpc::sized::SizedLedger;
 use crate::service::Ledger;
 use crate::storage::{self, Pool};
-use crate::transport::{Transport, MAX_RESPONSE_BYTES};
+use crate::transport::Transport;
 use crate::tuning::Tuning;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -185,9 +185,7 @@ pub async fn start(opts: ServerOptions) -> Result<RunningServer, crate::BoxError
     health.set_serving::<LedgerServer<LedgerGrpc>>().await;
     tokio::spawn(probe_health(pool.clone(), health.clone(), access.clone()));
 
-    let service = LedgerServer::new(LedgerGrpc::new(ledger))
-        .max_decoding_message_size(MAX_REQUEST_BYTES)
-        .max_encoding_message_size(MAX_RESPONSE_BYTES);
+    let service = SizedLedger::new(LedgerGrpc::new(ledger));
     let routes = routes(health_service, Access::new(service, access.clone()))?;
     let listener = TcpListener::bind(opts.listen).await?;
     let local_addr = listener.local_addr()?;
@@ -272,7 +270,7 @@ fn routes(
     health: tonic_health::pb::health_server::HealthServer<
         impl tonic_health::pb::health_server::Health,
     >,
-    ledger: Access<LedgerServer<LedgerGrpc>>,
+    ledger: Access<SizedLedger>,
 ) -> Result<tonic::service::Routes, tonic_reflection::server::Error> {
     let reflection = || {
         tonic_reflection::server::Builder::configure()

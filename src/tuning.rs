@@ -63,6 +63,13 @@ impl Tuning {
                 self.pool.size, self.writer.lanes
             ));
         }
+        let batch = crate::domain::limits::MAX_BATCH_REQUESTS;
+        if self.writer.queue_max < batch {
+            return Err(format!(
+                "MAX_WRITE_QUEUE ({}) must be at least MAX_BATCH_REQUESTS ({batch}): a full PostBatch call is queued whole",
+                self.writer.queue_max
+            ));
+        }
         if self.transport.request_timeout >= self.drain_timeout {
             return Err(format!(
                 "REQUEST_TIMEOUT ({:?}) must be below DRAIN_TIMEOUT ({:?}), so a call in flight at shutdown ends within the drain",
@@ -89,6 +96,10 @@ mod tests {
         let mut t = Tuning::default();
         t.writer.batch_max = t.writer.queue_max + 1;
         assert!(t.check().unwrap_err().contains("MAX_WRITE_QUEUE"));
+        let mut t = Tuning::default();
+        t.writer.queue_max = crate::domain::limits::MAX_BATCH_REQUESTS - 1;
+        t.writer.batch_max = 100;
+        assert!(t.check().unwrap_err().contains("MAX_BATCH_REQUESTS"));
         let mut t = Tuning::default();
         t.drain_timeout = t.transport.request_timeout;
         assert!(t.check().unwrap_err().contains("DRAIN_TIMEOUT"));

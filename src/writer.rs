@@ -5,6 +5,11 @@
 //! ([`crate::storage::batch::write`]); then every caller is answered. It never waits on a
 //! timer: a short queue makes a small batch, and under load batches grow by themselves
 //! (group commit).
+//!
+//! A `PostBatch` call's requests travel as one job: admitted to the queue together or not at
+//! all, taken by one lane together and decided in one batch, in their order (so each is
+//! decided as if the caller had sent them one by one); other callers' jobs may share that
+//! batch.
 
 use crate::domain::account::AccountCache;
 use crate::domain::write::{decide, Outcome, WriteRequest};
@@ -13,10 +18,13 @@ use crate::storage::batch;
 use crate::storage::{Pool, StorageError};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Semaphore, TryAcquireError};
 
 /// Requests applied in one transaction, at most (limit MAX_BATCH, by default): a batch's
-/// arrays and its statements stay small enough to plan and send quickly.
+/// arrays and its statements stay small enough to plan and send quickly. A lane gathers jobs
+/// up to it; one job larger than it alone (a `PostBatch` call, when MAX_BATCH is set below
+/// `MAX_BATCH_REQUESTS`) is applied whole, never split, so that its requests are decided in
+/// order in one transaction.
 pub const MAX_BATCH: usize = 1000;
 /// Requests waiting for the writer, at most (limit MAX_WRITE_QUEUE, by default); beyond it
 /// callers get `UNAVAILABLE`.
@@ -77,18 +85,33 @@ impl WriterTuning {
     }
 }
 
+/// The answer to a job: an outcome per request, in order, or `UNAVAILABLE` for them all when
+/// their batch failed.
+type JobReply = oneshot::Sender<Result<Vec<Outcome>, LedgerError>>;
+
+/// What one caller submitted: one request (`Post`, `Void`) or a call's requests
+/// (`PostBatch`), which stay together from the queue to the answer.
 struct Job {
-    request: WriteRequest,
-    reply: oneshot::Sender<Outcome>,
+    requests: Vec<WriteRequest>,
+    reply: JobReply,
 }
 
 /// A handle to submit requests to the writer task.
 #[derive(Clone)]
 pub struct Writer {
-    queue: mpsc::Sender<Job>,
+    queue: mpsc::UnboundedSender<Job>,
+    /// Room in the queue, counted in requests (MAX_WRITE_QUEUE bounds requests, not jobs): a
+    /// job takes its permits whole when it is queued, a lane gives them back when it takes
+    /// the job.
+    room: Arc<Semaphore>,
     queue_max: usize,
     /// Wakes the extra lanes when the queue is deep.
     deep: Arc<tokio::sync::Notify>,
+}
+
+/// Requests waiting for a lane.
+fn queued(room: &Semaphore, queue_max: usize) -> usize {
+    queue_max.saturating_sub(room.available_permits())
 }
 
 /// Observes batches (metrics); called after each batch with its size and outcome.
@@ -102,13 +125,15 @@ impl Writer {
         observer: Option<BatchObserver>,
         tuning: WriterTuning,
     ) -> Writer {
-        let (tx, rx) = mpsc::channel(tuning.queue_max);
-        let queue = Arc::new(tokio::sync::Mutex::new(rx));
+        let (tx, rx) = mpsc::unbounded_channel();
+        let queue = Arc::new(tokio::sync::Mutex::new(Inbox { rx, held: None }));
+        let room = Arc::new(Semaphore::new(tuning.queue_max));
         let deep = Arc::new(tokio::sync::Notify::new());
         for lane in 0..tuning.lanes.max(1) {
             let lane = Lane {
                 pool: pool.clone(),
                 queue: queue.clone(),
+                room: room.clone(),
                 accounts: accounts.clone(),
                 observer: observer.clone(),
                 gate: (lane > 0).then(|| deep.clone()),
@@ -118,6 +143,7 @@ impl Writer {
         }
         Writer {
             queue: tx,
+            room,
             queue_max: tuning.queue_max,
             deep,
         }
@@ -125,36 +151,90 @@ impl Writer {
 
     /// Submits one request and waits for its decision.
     pub async fn submit(&self, caller: String, command: crate::domain::write::Command) -> Outcome {
+        let mut outcomes = self.enqueue(vec![WriteRequest { caller, command }]).await?;
+        outcomes.pop().expect("one outcome for one request")
+    }
+
+    /// Submits a call's requests together (queued whole or refused whole, decided in one
+    /// batch in this order) and waits for their decisions: one outcome per request, or
+    /// `UNAVAILABLE` when they could not be queued or their batch failed (nothing of them
+    /// may then be assumed).
+    pub async fn submit_all(
+        &self,
+        caller: &str,
+        commands: Vec<crate::domain::write::Command>,
+    ) -> Result<Vec<Outcome>, LedgerError> {
+        if commands.is_empty() {
+            return Ok(Vec::new());
+        }
+        let requests = commands
+            .into_iter()
+            .map(|command| WriteRequest {
+                caller: caller.to_owned(),
+                command,
+            })
+            .collect();
+        self.enqueue(requests).await
+    }
+
+    /// Queues one job if the queue has room for all its requests, and waits for its answer.
+    async fn enqueue(&self, requests: Vec<WriteRequest>) -> Result<Vec<Outcome>, LedgerError> {
+        let n = requests.len();
+        let admitted = u32::try_from(n)
+            .map_err(|_| TryAcquireError::NoPermits)
+            .and_then(|p| self.room.try_acquire_many(p));
+        match admitted {
+            Ok(permits) => permits.forget(),
+            Err(_) => return Err(self.full(n)),
+        }
         let (reply, answer) = oneshot::channel();
-        let job = Job {
-            request: WriteRequest { caller, command },
-            reply,
-        };
-        self.queue.try_send(job).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => LedgerError::unavailable(format!(
-                "the write queue is full ({} requests, limit MAX_WRITE_QUEUE)",
-                self.queue_max
-            )),
-            mpsc::error::TrySendError::Closed(_) => {
-                LedgerError::unavailable("the writer has stopped")
-            }
-        })?;
-        if self.queue.max_capacity() - self.queue.capacity() >= EXTRA_LANE_MIN_QUEUE {
+        if self.queue.send(Job { requests, reply }).is_err() {
+            self.room.add_permits(n);
+            return Err(LedgerError::unavailable("the writer has stopped"));
+        }
+        if queued(&self.room, self.queue_max) >= EXTRA_LANE_MIN_QUEUE {
             self.deep.notify_one();
         }
         answer
             .await
             .map_err(|_| LedgerError::unavailable("the writer stopped before answering"))?
     }
+
+    /// Why `n` requests could not be queued (nothing of them was).
+    fn full(&self, n: usize) -> LedgerError {
+        let max = self.queue_max;
+        if n > max {
+            return LedgerError::unavailable(format!(
+                "the call's {n} requests can never fit the write queue ({max} requests, limit MAX_WRITE_QUEUE); nothing was queued"
+            ));
+        }
+        let free = self.room.available_permits();
+        let message = if n == 1 {
+            format!("the write queue is full ({max} requests, limit MAX_WRITE_QUEUE)")
+        } else {
+            format!(
+                "the write queue is full: room for {free} of the call's {n} requests ({max} at most, limit MAX_WRITE_QUEUE); nothing was queued, retry the whole call"
+            )
+        };
+        LedgerError::unavailable(message)
+    }
 }
 
-/// The shared queue the lanes take batches from.
-type Queue = Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>;
+/// The shared queue the lanes take batches from, and the job a lane received but left for
+/// the next batch (it would have passed `batch_max`).
+struct Inbox {
+    rx: mpsc::UnboundedReceiver<Job>,
+    held: Option<Job>,
+}
+
+type Queue = Arc<tokio::sync::Mutex<Inbox>>;
 
 /// One lane: its share of the writer's context.
 struct Lane {
     pool: Pool,
     queue: Queue,
+    /// The queue's room (given back as jobs are taken).
+    room: Arc<Semaphore>,
     accounts: Arc<RwLock<AccountCache>>,
     observer: Option<BatchObserver>,
     /// Extra lanes wait on it for a deep queue.
@@ -167,7 +247,7 @@ impl Lane {
     /// answers, and repeats until every handle is dropped.
     async fn run(self) {
         let mut requests: Vec<WriteRequest> = Vec::with_capacity(self.tuning.batch_max);
-        let mut replies: Vec<oneshot::Sender<Outcome>> = Vec::with_capacity(self.tuning.batch_max);
+        let mut replies: Vec<(JobReply, usize)> = Vec::with_capacity(self.tuning.batch_max);
         // The lane keeps its connection between batches (its prepared statements stay cached,
         // and no pool check per batch); after a failed batch it takes a fresh one.
         let mut conn: Option<crate::storage::Conn> = None;
@@ -187,40 +267,59 @@ impl Lane {
         }
     }
 
-    /// Takes up to `batch_max` jobs (waiting for the first), leaving out callers that gave up
-    /// (deadline, cancel) before the write. An extra lane (with a gate) takes a batch only
-    /// while the queue is deep. `false` once every handle is dropped.
+    /// Takes jobs of up to `batch_max` requests in all (waiting for the first; a first job
+    /// larger than that alone is taken whole), leaving out callers that gave up (deadline,
+    /// cancel) before the write. A job that would pass `batch_max` is held for the next batch.
+    /// An extra lane (with a gate) takes a batch only while the queue is deep. `false` once
+    /// every handle is dropped.
     async fn take(
         &self,
         requests: &mut Vec<WriteRequest>,
-        replies: &mut Vec<oneshot::Sender<Outcome>>,
+        replies: &mut Vec<(JobReply, usize)>,
     ) -> bool {
-        let mut rx = self.queue.lock().await;
+        let mut inbox = self.queue.lock().await;
         if let Some(gate) = &self.gate {
-            while rx.len() < EXTRA_LANE_MIN_QUEUE {
-                drop(rx);
+            while queued(&self.room, self.tuning.queue_max) < EXTRA_LANE_MIN_QUEUE {
+                drop(inbox);
                 gate.notified().await;
-                rx = self.queue.lock().await;
+                inbox = self.queue.lock().await;
             }
         }
-        let mut keep = |job: Job| {
-            if !job.reply.is_closed() {
-                requests.push(job.request);
-                replies.push(job.reply);
-            }
+        let first = match inbox.held.take() {
+            Some(job) => job,
+            None => match inbox.rx.recv().await {
+                Some(job) => job,
+                None => return false,
+            },
         };
-        match rx.recv().await {
-            Some(job) => keep(job),
-            None => return false,
-        }
-        // Up to batch_max requests taken from the queue (callers that gave up count too).
-        for _ in 1..self.tuning.batch_max {
-            match rx.try_recv() {
-                Ok(job) => keep(job),
-                Err(_) => break,
+        // Requests taken from the queue (callers that gave up count too).
+        let mut taken = first.requests.len();
+        self.keep(first, requests, replies);
+        while taken < self.tuning.batch_max {
+            let Ok(job) = inbox.rx.try_recv() else { break };
+            if taken + job.requests.len() > self.tuning.batch_max {
+                inbox.held = Some(job);
+                break;
             }
+            taken += job.requests.len();
+            self.keep(job, requests, replies);
         }
         true
+    }
+
+    /// A job taken from the queue: its room is given back, and its requests join the batch
+    /// unless its caller gave up.
+    fn keep(
+        &self,
+        job: Job,
+        requests: &mut Vec<WriteRequest>,
+        replies: &mut Vec<(JobReply, usize)>,
+    ) {
+        self.room.add_permits(job.requests.len());
+        if !job.reply.is_closed() {
+            replies.push((job.reply, job.requests.len()));
+            requests.extend(job.requests);
+        }
     }
 
     /// Applies a batch on the lane's connection (a fresh one from the pool when it has none),
@@ -253,19 +352,21 @@ impl Lane {
     }
 }
 
-/// Answers every caller: its outcome after the commit, or `UNAVAILABLE` when the batch failed
-/// (nothing of it may be assumed; the caller's retry with its key settles it).
-fn answer(replies: &mut Vec<oneshot::Sender<Outcome>>, result: Result<Vec<Outcome>, StorageError>) {
+/// Answers every caller: its outcomes after the commit, or `UNAVAILABLE` when the batch failed
+/// (nothing of it may be assumed; the caller's retry with its keys settles it).
+fn answer(replies: &mut Vec<(JobReply, usize)>, result: Result<Vec<Outcome>, StorageError>) {
     match result {
         Ok(outcomes) => {
-            assert_eq!(outcomes.len(), replies.len(), "one outcome per request");
-            for (reply, outcome) in replies.drain(..).zip(outcomes) {
-                let _ = reply.send(outcome);
+            let expected: usize = replies.iter().map(|(_, n)| n).sum();
+            assert_eq!(outcomes.len(), expected, "one outcome per request");
+            let mut outcomes = outcomes.into_iter();
+            for (reply, n) in replies.drain(..) {
+                let _ = reply.send(Ok(outcomes.by_ref().take(n).collect()));
             }
         }
         Err(e) => {
             tracing::warn!(error = %e, batch = replies.len(), "write batch failed; callers told UNAVAILABLE");
-            for reply in replies.drain(..) {
+            for (reply, _) in replies.drain(..) {
                 let _ = reply.send(Err(LedgerError::unavailable(&e)));
             }
         }

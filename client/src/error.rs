@@ -95,6 +95,10 @@ pub enum ErrorKind {
     Connect,
     /// The client refused the request or an option before sending anything.
     Invalid,
+    /// The client refused the request before sending it, for the reason the ledger would
+    /// have given (an amount with more decimals than its account's scale, a value beyond a
+    /// named limit): nothing was sent, nothing happened.
+    Refused(Reason),
 }
 
 /// A failed call or connection.
@@ -117,6 +121,28 @@ impl Error {
         }
     }
 
+    /// A request the client refuses before sending it, for `reason`.
+    pub(crate) fn refused(reason: Reason, message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::Refused(reason), message)
+    }
+
+    /// With one more fact (`limit`, `account`, `field`).
+    pub(crate) fn with(mut self, key: &str, value: impl Into<String>) -> Error {
+        self.metadata.insert(key.to_owned(), value.into());
+        self
+    }
+
+    /// The error one result of a `PostBatch` carries (the status `Post` would have failed
+    /// with).
+    pub fn from_rpc_status(s: &tonic_types::pb::Status) -> Error {
+        let status = tonic::Status::with_details(
+            tonic::Code::from_i32(s.code),
+            s.message.clone(),
+            prost::Message::encode_to_vec(s).into(),
+        );
+        Error::from_status(&status)
+    }
+
     /// The error of a failed call.
     pub fn from_status(s: &tonic::Status) -> Error {
         let info = s
@@ -136,10 +162,11 @@ impl Error {
         }
     }
 
-    /// The contract's reason, when the ledger gave one this client knows.
+    /// The contract's reason, when the ledger gave one this client knows, or the client
+    /// refused the request for it.
     pub fn reason(&self) -> Option<Reason> {
         match self.kind {
-            ErrorKind::Ledger(r) => Some(r),
+            ErrorKind::Ledger(r) | ErrorKind::Refused(r) => Some(r),
             _ => None,
         }
     }
@@ -156,7 +183,7 @@ impl Error {
                 Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown
             ),
             ErrorKind::Connect => true,
-            ErrorKind::UnknownReason(_) | ErrorKind::Invalid => false,
+            ErrorKind::UnknownReason(_) | ErrorKind::Invalid | ErrorKind::Refused(_) => false,
         }
     }
 }
@@ -166,6 +193,11 @@ impl fmt::Display for Error {
         match &self.kind {
             ErrorKind::Ledger(r) => write!(f, "{r}: {}", self.message),
             ErrorKind::UnknownReason(r) => write!(f, "{r}: {}", self.message),
+            ErrorKind::Refused(r) => write!(
+                f,
+                "{r} (refused by the client, nothing sent): {}",
+                self.message
+            ),
             ErrorKind::Transport(c) => write!(f, "{c:?}: {}", self.message),
             ErrorKind::Connect | ErrorKind::Invalid => f.write_str(&self.message),
         }

@@ -1,23 +1,74 @@
-//! `ledger-client`: the Rust client of the ledger service.
+//! `ledger-client`: the Rust client of the ledger service, so that nobody hand-rolls
+//! retries around a ledger.
 //!
+//! - [`Client`]: typed calls (amounts as [`Decimal`], written exactly at each account's
+//!   scale, never rounded; times as [`std::time::SystemTime`]), the [`RetryPolicy`] built in
+//!   (a call whose outcome is unknown is sent again as it was, with the same idempotency key,
+//!   a bounded number of times, with exponential backoff and jitter), and optional
+//!   coalescing of concurrent [`Client::post`] calls into `PostBatch` calls
+//!   ([`ClientOptions::coalesce`]: at most N posts per call, no timer when idle);
+//! - [`connect()`]: reaching a server by `host:port` or URL, with TLS, mutual TLS and a bearer
+//!   token ([`ConnectOptions`]);
+//! - [`Error`]: every failure by the contract's [`Reason`], saying whether a retry with the
+//!   same idempotency key is safe ([`Error::is_retry_safe`]);
 //! - [`pb`]: the contract's messages and the generated gRPC client (and, with the `server`
 //!   feature, the server stubs the ledger itself is built on, so both sides share one set of
-//!   types);
-//! - [`connect()`]: reaching a server by `host:port` or URL, with TLS, mutual TLS and a bearer
-//!   token;
-//! - [`Error`]: every failure by the contract's [`Reason`], saying whether a retry with the
-//!   same idempotency key is safe.
+//!   types).
+//!
+//! # Example
+//!
+//! Record a payment and read a balance (the README shows these lines; `docs/client.md`). It
+//! is `no_run` here because it needs a ledger server at 127.0.0.1:50051:
+//! `tests/it/client.rs` (`the_client_example_of_the_docs_runs_against_a_real_server`) runs
+//! the same lines against a real server and checks that they are the ones in the docs.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), ledger_client::Error> {
+//! use ledger_client::{AsOf, Client, ClientOptions, Decimal, NewPosting};
+//!
+//! let ledger = Client::connect(ClientOptions::new("127.0.0.1:50051")).await?;
+//! let amount = Decimal::new(1250, 2); // 12.50, at most the account's scale
+//! let payment = NewPosting::new("order-1042/payment") // the same key on every retry
+//!     .debit("assets:bank", amount)
+//!     .credit("liabilities:wallet:alice", amount);
+//! let posted = ledger.post(payment).await?; // retried while its outcome is unknown
+//! println!("{} at sequence {}", posted.posting.posting_id, posted.posting.sequence);
+//! let wallet = ledger.balance("liabilities:wallet:alice", AsOf::now()).await?;
+//! println!("alice holds {} {}", wallet.balance, wallet.currency);
+//! # Ok(()) }
+//! ```
 
+mod amount;
+mod client;
+mod coalesce;
 mod connect;
 mod error;
+mod retry;
+mod types;
 
+pub use amount::{from_wire, to_wire, MAX_AMOUNT_DIGITS, MAX_SCALE};
+pub use client::{
+    Client, ClientOptions, ClientStats, Coalesce, PostingBy, MAX_BATCH_REQUESTS,
+    MAX_BATCH_REQUEST_BYTES, MAX_CACHED_ACCOUNTS, PAGE_SIZE,
+};
+pub use coalesce::{COALESCE_MAX_IN_FLIGHT, COALESCE_QUEUE_CALLS};
 pub use connect::{
     chain, connect, server_url, Bearer, ConnectOptions, RawClient, CONNECT_TIMEOUT,
     MAX_RESPONSE_BYTES,
 };
 pub use error::{Error, ErrorKind, Reason, ERROR_DOMAIN};
+pub use retry::{
+    RetryPolicy, ATTEMPT_TIMEOUT, RETRY_FIRST_BACKOFF, RETRY_MAX_ATTEMPTS, RETRY_MAX_BACKOFF,
+};
+pub use rust_decimal::Decimal;
+pub use types::{
+    Account, Applied, AsOf, Balance, CurrencyTotal, Direction, Entry, Hold, HoldStatus, Leg,
+    Metadata, NewAccount, NewCapture, NewPosting, NewVoid, NormalBalance, Posted, Posting,
+    TrialBalance,
+};
 
 /// The contract `ledger.v1`: messages and the gRPC client (server stubs with `server`).
+/// `google.rpc.Status` (a `PostBatch` result's error) is `tonic_types::pb::Status`.
 #[allow(clippy::all, missing_docs)]
 pub mod pb {
     tonic::include_proto!("ledger.v1");

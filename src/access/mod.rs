@@ -8,7 +8,6 @@
 
 pub mod auth;
 
-use crate::domain::limits::MAX_REQUEST_BYTES;
 use crate::domain::{LedgerError, Reason};
 use crate::grpc::status::to_status;
 use crate::grpc::Caller;
@@ -26,11 +25,12 @@ use tonic::server::NamedService;
 use tonic::Code;
 
 /// The methods of `ledger.v1.Ledger` (metric labels are only ever one of these or `unknown`).
-pub const METHODS: [&str; 11] = [
+pub const METHODS: [&str; 12] = [
     "CreateAccount",
     "GetAccount",
     "ListAccounts",
     "Post",
+    "PostBatch",
     "Void",
     "Capture",
     "GetPosting",
@@ -208,7 +208,7 @@ where
                 probe.turn = Some(pages.acquire_owned().await.expect("never closed"));
             }
             let resp = inner.call(req).await?;
-            Ok(probe.wrap(contract_errors(resp)))
+            Ok(probe.wrap(contract_errors(method, resp)))
         })
     }
 }
@@ -235,9 +235,10 @@ fn header_code(headers: &http::HeaderMap) -> Option<Code> {
 }
 
 /// The ledger's handlers only return contract errors; a trailers-only `OUT_OF_RANGE`,
-/// `INTERNAL` or `UNKNOWN` comes from tonic's decoding of the request (too large, not a valid
-/// message, bad framing) and is answered as the contract error it is.
-fn contract_errors(resp: http::Response<Body>) -> http::Response<Body> {
+/// `INTERNAL` or `UNKNOWN` comes from tonic's decoding of the request (too large for the
+/// method's limit, not a valid message, bad framing) and is answered as the contract error it
+/// is.
+fn contract_errors(method: &str, resp: http::Response<Body>) -> http::Response<Body> {
     let Some(code) = header_code(resp.headers()) else {
         return resp;
     };
@@ -256,10 +257,11 @@ fn contract_errors(resp: http::Response<Body>) -> http::Response<Body> {
                 .split_once("found ")
                 .and_then(|(_, rest)| rest.split(' ').next())
                 .and_then(|n| n.parse::<u64>().ok());
+            let (name, limit) = crate::grpc::sized::request_limit(method);
             LedgerError::limit(
                 "the request",
-                "MAX_REQUEST_BYTES",
-                format!("{MAX_REQUEST_BYTES} bytes"),
+                name,
+                format!("{limit} bytes"),
                 match found {
                     Some(n) => format!("{n} bytes"),
                     None => format!("larger ({detail})"),

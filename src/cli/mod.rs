@@ -211,6 +211,9 @@ enum Command {
     /// Benchmark of the pure decide step alone (no database, no network): decisions per
     /// second for batches of 1, 64 and 1,000 postings.
     BenchDecide(crate::tools::bench_decide::BenchDecideArgs),
+    /// The writer's own work for batches of N postings straight on a database (no gRPC, no
+    /// service): the key claim and snapshot, the decision and the writes, timed apart.
+    BenchWriter(crate::tools::bench_writer::BenchWriterArgs),
     /// Accounts: create, get, list (a client of a running server).
     Account {
         #[command(subcommand)]
@@ -473,6 +476,10 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
         Command::Report(args) => Ok(crate::tools::report::run(args).await?),
         Command::BenchAsOf(args) => crate::tools::bench_asof::run(args).await,
         Command::BenchDecide(args) => crate::tools::bench_decide::run(&args),
+        Command::BenchWriter(args) => {
+            crate::tools::bench_writer::run(args).await?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Account { command } => client(crate::tools::commands::account(command).await),
         Command::Post(args) => client(crate::tools::commands::post(args).await),
         Command::Capture(args) => client(crate::tools::commands::capture(args).await),

@@ -22,6 +22,28 @@ pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 255;
 pub const MAX_ACCOUNT_CODE_CHARS: usize = 128;
 /// Bytes of one decoded gRPC request.
 pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
+/// Requests in one `PostBatch` call: a settlement file or a payout run goes in a few calls,
+/// and one call's requests always fit one write batch (`MAX_BATCH`'s default).
+pub const MAX_BATCH_REQUESTS: usize = 1000;
+/// Bytes of one decoded `PostBatch` request, its own limit above [`MAX_REQUEST_BYTES`]: a
+/// thousand ordinary postings (two legs, a memo, a few metadata entries: 200 bytes to 2 KiB
+/// each) would not fit 1 MiB, so the batch limit of requests could never be reached. 4 MiB
+/// (4 KiB a posting on average) keeps what one call makes the server decode and hold small,
+/// and its answer always under the server's largest response (see
+/// [`MAX_BATCH_RESPONSE_BYTES`]).
+pub const MAX_BATCH_REQUEST_BYTES: usize = 4 * 1024 * 1024;
+/// Bytes a `PostBatch` answer may add to its request, at most, per leg: the amount rendered
+/// with the account's scale (up to 18 decimals, the point and a leading zero), and the leg's
+/// longer length prefixes.
+pub const BATCH_GROWTH_PER_LEG: usize = 24;
+/// Bytes of one `PostBatch` result beyond its request's own, at most: a posting's id,
+/// sequence, two times, caller and framing, or an error (its message quotes values cut at 80
+/// characters, its `ErrorInfo` names at most an account, a key and a limit).
+pub const BATCH_RESULT_OVERHEAD: usize = 2048;
+/// The largest `PostBatch` answer: the request, what each leg and each result may add.
+pub const MAX_BATCH_RESPONSE_BYTES: usize = MAX_BATCH_REQUEST_BYTES
+    + MAX_BATCH_REQUESTS * MAX_LEGS * BATCH_GROWTH_PER_LEG
+    + MAX_BATCH_REQUESTS * BATCH_RESULT_OVERHEAD;
 /// Digits of one leg's amount in minor units (the integer part and the decimals together).
 pub const MAX_AMOUNT_DIGITS: usize = 30;
 /// Largest absolute value of an account's total debits or credits, in minor units (10^36).

@@ -6,7 +6,7 @@ use crate::domain::amount::format_minor;
 use crate::domain::hold::CaptureRequest;
 use crate::domain::posting::{LegRequest, PostRequest, VoidRequest};
 use crate::domain::record::{
-    AppliedAsOf, AsOf, Balance, CloseKind, CurrencyTotal, Entry, HoldStatus, Posting,
+    AppliedAsOf, AsOf, Balance, CloseKind, CurrencyTotal, Decided, Entry, HoldStatus, Posting,
 };
 use crate::domain::{Account, Direction, LedgerError, NormalBalance, Reason};
 use prost_types::Timestamp;
@@ -208,6 +208,21 @@ fn closed_by(p: &Posting, kind: impl Fn(CloseKind) -> bool) -> String {
         .filter(|(_, k)| kind(*k))
         .map(|(by, _)| by.to_string())
         .unwrap_or_default()
+}
+
+/// One `PostBatch` result: the response, or the error exactly as `Post` would have answered
+/// it (the `google.rpc.Status` a failed call carries, with its `ErrorInfo`).
+pub fn batch_result_to_pb(outcome: Result<Decided, LedgerError>) -> pb::PostBatchResult {
+    use pb::post_batch_result::Outcome;
+    pb::PostBatchResult {
+        outcome: Some(match outcome {
+            Ok(d) => Outcome::Response(pb::PostResponse {
+                posting: Some(posting_to_pb(&d.posting)),
+                replayed: d.replayed,
+            }),
+            Err(e) => Outcome::Error(super::status::to_rpc_status(e)),
+        }),
+    }
 }
 
 /// A requested cut-off.

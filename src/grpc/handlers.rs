@@ -97,6 +97,21 @@ impl ledger_server::Ledger for LedgerGrpc {
         }))
     }
 
+    async fn post_batch(&self, req: Request<pb::PostBatchRequest>) -> Reply<pb::PostBatchResponse> {
+        let caller = caller(&req);
+        let requests = req.into_inner().requests;
+        crate::metrics::post_batch(requests.len());
+        let converted = requests.into_iter().map(post_from_pb).collect();
+        reply(
+            self.ledger
+                .post_batch(&caller, converted)
+                .await
+                .map(|outcomes| pb::PostBatchResponse {
+                    results: outcomes.into_iter().map(batch_result_to_pb).collect(),
+                }),
+        )
+    }
+
     async fn void(&self, req: Request<pb::VoidRequest>) -> Reply<pb::VoidResponse> {
         let caller = caller(&req);
         let result = async {

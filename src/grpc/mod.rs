@@ -3,6 +3,7 @@
 
 pub mod convert;
 pub mod handlers;
+pub mod sized;
 pub mod status;
 
 /// The contract's generated protobuf and tonic code (`ledger.v1`), shared with the client

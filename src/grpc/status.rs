@@ -35,6 +35,15 @@ pub fn to_status(e: LedgerError) -> Status {
     Status::with_error_details(code(e.reason.class()), e.message, details)
 }
 
+/// The `google.rpc.Status` of an error: what a failed call carries in
+/// `grpc-status-details-bin` (code, message, `ErrorInfo`), for answers that hold errors
+/// (`PostBatch` results). Built through [`to_status`], so it is exactly the failed call's.
+pub fn to_rpc_status(e: LedgerError) -> tonic_types::pb::Status {
+    use prost::Message;
+    tonic_types::pb::Status::decode(to_status(e).details())
+        .expect("tonic-types encodes a google.rpc.Status")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -52,6 +61,30 @@ mod tests {
             assert_ne!(s.code(), Code::Internal);
             assert_ne!(s.code(), Code::Unknown);
         }
+    }
+
+    #[test]
+    fn an_error_as_a_batch_result_is_the_status_a_failed_call_carries() {
+        let e = LedgerError::new(crate::domain::Reason::InsufficientFunds, "short")
+            .with("account", "acct:1");
+        let call = to_status(e.clone());
+        let rpc = to_rpc_status(e);
+        assert_eq!(rpc.code, Code::FailedPrecondition as i32);
+        assert_eq!(rpc.message, "short");
+        let rebuilt = Status::with_details(
+            Code::from_i32(rpc.code),
+            rpc.message.clone(),
+            prost::Message::encode_to_vec(&rpc).into(),
+        );
+        let (a, b) = (
+            rebuilt.get_details_error_info().unwrap(),
+            call.get_details_error_info().unwrap(),
+        );
+        assert_eq!(
+            (a.reason, a.domain, a.metadata),
+            (b.reason, b.domain, b.metadata)
+        );
+        assert_eq!(rebuilt.details(), call.details());
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The ledger's operations, independent of transport: validation, account lookups, the
 //! writer, reads at cut-offs, and the paged List* reads ([`lists`]). The gRPC adapter calls
-//! these and only converts.
+//! these and only converts. `PostBatch` is in [`batch`].
 
+pub mod batch;
 pub mod expiry;
 pub mod lists;
 pub mod replicas;

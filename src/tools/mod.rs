@@ -7,6 +7,7 @@
 pub mod bench;
 pub mod bench_asof;
 pub mod bench_decide;
+pub mod bench_writer;
 pub mod commands;
 pub mod output;
 pub mod report;
@@ -125,6 +126,11 @@ pub fn parse_time(s: &str) -> Result<OffsetDateTime, String> {
 /// A time as people read it in messages and tables: RFC 3339.
 pub fn show_time(t: OffsetDateTime) -> String {
     t.format(&Rfc3339).unwrap_or_else(|_| t.to_string())
+}
+
+/// A time from `ledger-client` in RFC 3339.
+pub fn show_system_time(t: std::time::SystemTime) -> String {
+    show_time(OffsetDateTime::from(t))
 }
 
 /// A protobuf timestamp in RFC 3339 (empty when absent).

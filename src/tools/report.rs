@@ -1,16 +1,15 @@
 //! `ledger report`: client commands for people and spreadsheets. They call a running server
-//! over gRPC, page through everything at one cut-off, and print an aligned table (with totals)
-//! or CSV with a header.
+//! through `ledger-client`'s typed API (every page at one cut-off, amounts as decimals at the
+//! account's scale) and print an aligned table (with totals) or CSV with a header.
 
-use crate::grpc::convert::time_to_pb;
-use crate::grpc::pb;
+use ledger_client::{
+    AsOf, Balance, Client, ClientOptions, Direction, Entry, RetryPolicy, TrialBalance,
+};
 use std::fmt::Write as _;
 use std::process::ExitCode;
 use time::OffsetDateTime;
-use tonic_types::StatusExt;
 
-/// Entries or balances asked for per page while paging through a report (the server's limit).
-pub const REPORT_PAGE_SIZE: u32 = crate::domain::limits::MAX_PAGE_SIZE;
+// Pages: `ledger-client` asks for PAGE_SIZE (the server's largest) items per page.
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ReportArgs {
@@ -62,7 +61,7 @@ pub enum Format {
     Csv,
 }
 
-use crate::tools::show_ts;
+use crate::tools::show_system_time as show_ts;
 
 /// A failure a person can act on.
 #[derive(Debug)]
@@ -76,27 +75,28 @@ impl std::fmt::Display for ReportError {
 
 impl std::error::Error for ReportError {}
 
-fn rpc_error(s: tonic::Status) -> ReportError {
-    let reason = s
-        .get_details_error_info()
-        .map(|i| format!(" ({})", i.reason))
-        .unwrap_or_default();
-    ReportError(format!("{:?}{reason}: {}", s.code(), s.message()))
+fn rpc_error(e: ledger_client::Error) -> ReportError {
+    ReportError(e.to_string())
 }
 
-async fn connect(common: &Common) -> Result<ledger_client::RawClient, ReportError> {
-    common
-        .client
-        .connect()
-        .await
-        .map_err(|e| ReportError(e.to_string()))
+/// A client with the default retry policy: a report only reads, so every retry is safe.
+async fn connect(common: &Common) -> Result<Client, ReportError> {
+    let options = ClientOptions {
+        connect: common
+            .client
+            .options()
+            .map_err(|e| ReportError(e.to_string()))?,
+        retry: RetryPolicy::default(),
+        coalesce: None,
+    };
+    Client::connect(options).await.map_err(rpc_error)
 }
 
-fn requested(common: &Common) -> Option<pb::AsOf> {
-    (common.as_of.is_some() || common.effective.is_some()).then(|| pb::AsOf {
-        recorded_at: common.as_of.map(time_to_pb),
-        effective_at: common.effective.map(time_to_pb),
-    })
+fn requested(common: &Common) -> AsOf {
+    AsOf {
+        recorded_at: common.as_of.map(std::time::SystemTime::from),
+        effective_at: common.effective.map(std::time::SystemTime::from),
+    }
 }
 
 /// Runs a report, printing it to stdout.
@@ -112,228 +112,180 @@ pub async fn run(args: ReportArgs) -> Result<ExitCode, ReportError> {
 
 /// The trial balance, rendered.
 pub async fn trial_balance(common: &Common, prefix: &str) -> Result<String, ReportError> {
-    let mut client = connect(common).await?;
-    let mut balances = Vec::new();
-    let mut token = String::new();
-    let totals = loop {
-        let page = client
-            .list_balances(pb::ListBalancesRequest {
-                prefix: prefix.to_owned(),
-                as_of: requested(common),
-                page_size: REPORT_PAGE_SIZE,
-                page_token: token,
-            })
-            .await
-            .map_err(rpc_error)?
-            .into_inner();
-        balances.extend(page.balances);
-        if page.next_page_token.is_empty() {
-            break page.totals;
-        }
-        token = page.next_page_token;
-    };
-    let applied = balances.first().and_then(|b| b.as_of);
-    let sequence = balances.first().map_or(0, |b| b.as_of_sequence);
+    let client = connect(common).await?;
+    let trial = client
+        .trial_balance(prefix, requested(common))
+        .await
+        .map_err(rpc_error)?;
     Ok(match common.format {
-        Format::Csv => {
-            let mut out = String::from("account,currency,debits,credits,balance\n");
-            for b in &balances {
-                let _ = writeln!(
-                    out,
-                    "{},{},{},{},{}",
-                    b.account, b.currency, b.debits, b.credits, b.balance
-                );
-            }
-            for t in &totals {
-                let _ = writeln!(out, "TOTAL,{},{},{},", t.currency, t.debits, t.credits);
-            }
-            out
-        }
-        Format::Table => {
-            let mut out = String::new();
-            match &applied {
-                Some(a) => {
-                    let _ = writeln!(
-                        out,
-                        "Trial balance{} as recorded at {}, effective at {} (journal sequence {sequence})\n",
-                        if prefix.is_empty() { String::new() } else { format!(" of {prefix}*") },
-                        show_ts(&a.recorded_at),
-                        show_ts(&a.effective_at),
-                    );
-                }
-                None => {
-                    let _ = writeln!(
-                        out,
-                        "Trial balance{}: no account has activity at this cut-off",
-                        if prefix.is_empty() {
-                            String::new()
-                        } else {
-                            format!(" of {prefix}*")
-                        }
-                    );
-                    return Ok(out);
-                }
-            }
-            let mut rows: Vec<[String; 5]> = vec![[
-                "ACCOUNT".into(),
-                "CURRENCY".into(),
-                "DEBITS".into(),
-                "CREDITS".into(),
-                "BALANCE".into(),
-            ]];
-            for b in &balances {
-                rows.push([
-                    b.account.clone(),
-                    b.currency.clone(),
-                    b.debits.clone(),
-                    b.credits.clone(),
-                    b.balance.clone(),
-                ]);
-            }
-            let body = rows.len();
-            for t in &totals {
-                // Only a whole ledger must balance; a prefix selects part of it.
-                let mark = match (prefix.is_empty(), t.debits == t.credits) {
-                    (false, _) => "",
-                    (true, true) => "balanced",
-                    (true, false) => "NOT BALANCED",
-                };
-                rows.push([
-                    "TOTAL".into(),
-                    t.currency.clone(),
-                    t.debits.clone(),
-                    t.credits.clone(),
-                    mark.into(),
-                ]);
-            }
-            out.push_str(&table(&rows, &[false, false, true, true, true], Some(body)));
-            out
-        }
+        Format::Csv => trial_balance_csv(&trial),
+        Format::Table => trial_balance_table(&trial, prefix),
     })
+}
+
+fn trial_balance_csv(trial: &TrialBalance) -> String {
+    let mut out = String::from("account,currency,debits,credits,balance\n");
+    for b in &trial.balances {
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{}",
+            b.account, b.currency, b.debits, b.credits, b.balance
+        );
+    }
+    for t in &trial.totals {
+        let _ = writeln!(out, "TOTAL,{},{},{},", t.currency, t.debits, t.credits);
+    }
+    out
+}
+
+fn trial_balance_table(trial: &TrialBalance, prefix: &str) -> String {
+    let of = if prefix.is_empty() {
+        String::new()
+    } else {
+        format!(" of {prefix}*")
+    };
+    let Some(a) = trial.balances.first().map(|b| b.as_of) else {
+        return format!("Trial balance{of}: no account has activity at this cut-off\n");
+    };
+    let mut out = format!(
+        "Trial balance{of} as recorded at {}, effective at {} (journal sequence {})\n\n",
+        show_ts(a.recorded_at),
+        show_ts(a.effective_at),
+        a.sequence,
+    );
+    let mut rows: Vec<[String; 5]> = vec![[
+        "ACCOUNT".into(),
+        "CURRENCY".into(),
+        "DEBITS".into(),
+        "CREDITS".into(),
+        "BALANCE".into(),
+    ]];
+    rows.extend(trial.balances.iter().map(|b| {
+        [
+            b.account.clone(),
+            b.currency.clone(),
+            b.debits.to_string(),
+            b.credits.to_string(),
+            b.balance.to_string(),
+        ]
+    }));
+    let body = rows.len();
+    for t in &trial.totals {
+        // Only a whole ledger must balance; a prefix selects part of it.
+        let mark = match (prefix.is_empty(), t.debits == t.credits) {
+            (false, _) => "",
+            (true, true) => "balanced",
+            (true, false) => "NOT BALANCED",
+        };
+        rows.push([
+            "TOTAL".into(),
+            t.currency.clone(),
+            t.debits.to_string(),
+            t.credits.to_string(),
+            mark.into(),
+        ]);
+    }
+    out.push_str(&table(&rows, &[false, false, true, true, true], Some(body)));
+    out
 }
 
 /// The statement, rendered. The cut-off is resolved once (by GetBalance) and the statement
 /// asked at exactly that cut-off, so its closing balance is the balance printed with it.
 pub async fn statement(common: &Common, account: &str) -> Result<String, ReportError> {
-    let mut client = connect(common).await?;
+    let client = connect(common).await?;
     let balance = client
-        .get_balance(pb::GetBalanceRequest {
-            account: account.to_owned(),
-            as_of: requested(common),
-        })
+        .balance(account, requested(common))
         .await
-        .map_err(rpc_error)?
-        .into_inner();
-    let mut entries = Vec::new();
-    let mut token = String::new();
-    loop {
-        let page = client
-            .list_entries(pb::ListEntriesRequest {
-                account: account.to_owned(),
-                as_of: balance.as_of,
-                page_size: REPORT_PAGE_SIZE,
-                page_token: token,
-            })
-            .await
-            .map_err(rpc_error)?
-            .into_inner();
-        entries.extend(page.entries);
-        if page.next_page_token.is_empty() {
-            break;
-        }
-        token = page.next_page_token;
-    }
-    let closing = entries
-        .last()
-        .map(|e| e.balance_after.as_str())
-        .unwrap_or(balance.balance.as_str());
+        .map_err(rpc_error)?;
+    let entries = client
+        .entries(account, balance.as_of.as_of())
+        .await
+        .map_err(rpc_error)?;
+    let closing = entries.last().map_or(balance.balance, |e| e.balance_after);
     if closing != balance.balance {
         return Err(ReportError(format!(
             "the statement of {account} closes at {closing} but its balance at the same cut-off is {}; the ledger is inconsistent",
             balance.balance
         )));
     }
-    let debit = pb::Direction::Debit as i32;
-    let applied = balance.as_of.unwrap_or_default();
     Ok(match common.format {
-        Format::Csv => {
-            let mut out = String::from(
-                "sequence,posting_id,recorded_at,effective_at,debit,credit,balance_after\n",
-            );
-            for e in &entries {
-                let (d, c) = if e.direction == debit {
-                    (e.amount.as_str(), "")
-                } else {
-                    ("", e.amount.as_str())
-                };
-                let _ = writeln!(
-                    out,
-                    "{},{},{},{},{d},{c},{}",
-                    e.sequence,
-                    e.posting_id,
-                    show_ts(&e.recorded_at),
-                    show_ts(&e.effective_at),
-                    e.balance_after
-                );
-            }
-            out
-        }
-        Format::Table => {
-            let mut out = String::new();
-            let _ = writeln!(
-                out,
-                "Statement of {account} ({}) as recorded at {}, effective at {} (journal sequence {})\n",
-                balance.currency,
-                show_ts(&applied.recorded_at),
-                show_ts(&applied.effective_at),
-                balance.as_of_sequence,
-            );
-            let mut rows: Vec<[String; 7]> = vec![[
-                "SEQUENCE".into(),
-                "RECORDED_AT".into(),
-                "EFFECTIVE_AT".into(),
-                "POSTING_ID".into(),
-                "DEBIT".into(),
-                "CREDIT".into(),
-                "BALANCE".into(),
-            ]];
-            for e in &entries {
-                let (d, c) = if e.direction == debit {
-                    (e.amount.clone(), String::new())
-                } else {
-                    (String::new(), e.amount.clone())
-                };
-                rows.push([
-                    e.sequence.to_string(),
-                    show_ts(&e.recorded_at),
-                    show_ts(&e.effective_at),
-                    e.posting_id.clone(),
-                    d,
-                    c,
-                    e.balance_after.clone(),
-                ]);
-            }
-            let body = rows.len();
-            rows.push([
-                "TOTAL".into(),
-                String::new(),
-                String::new(),
-                match entries.len() {
-                    1 => "1 entry".to_string(),
-                    n => format!("{n} entries"),
-                },
-                balance.debits.clone(),
-                balance.credits.clone(),
-                balance.balance.clone(),
-            ]);
-            out.push_str(&table(
-                &rows,
-                &[true, false, false, false, true, true, true],
-                Some(body),
-            ));
-            out
-        }
+        Format::Csv => statement_csv(&entries),
+        Format::Table => statement_table(account, &balance, &entries),
     })
+}
+
+/// An entry's amount in the debit or the credit column.
+fn sides(e: &Entry) -> (String, String) {
+    match e.direction {
+        Direction::Debit => (e.amount.to_string(), String::new()),
+        Direction::Credit => (String::new(), e.amount.to_string()),
+    }
+}
+
+fn statement_csv(entries: &[Entry]) -> String {
+    let mut out =
+        String::from("sequence,posting_id,recorded_at,effective_at,debit,credit,balance_after\n");
+    for e in entries {
+        let (d, c) = sides(e);
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{d},{c},{}",
+            e.sequence,
+            e.posting_id,
+            show_ts(e.recorded_at),
+            show_ts(e.effective_at),
+            e.balance_after
+        );
+    }
+    out
+}
+
+fn statement_table(account: &str, balance: &Balance, entries: &[Entry]) -> String {
+    let applied = balance.as_of;
+    let mut out = format!(
+        "Statement of {account} ({}) as recorded at {}, effective at {} (journal sequence {})\n\n",
+        balance.currency,
+        show_ts(applied.recorded_at),
+        show_ts(applied.effective_at),
+        applied.sequence,
+    );
+    let mut rows: Vec<[String; 7]> = vec![[
+        "SEQUENCE".into(),
+        "RECORDED_AT".into(),
+        "EFFECTIVE_AT".into(),
+        "POSTING_ID".into(),
+        "DEBIT".into(),
+        "CREDIT".into(),
+        "BALANCE".into(),
+    ]];
+    rows.extend(entries.iter().map(|e| {
+        let (d, c) = sides(e);
+        [
+            e.sequence.to_string(),
+            show_ts(e.recorded_at),
+            show_ts(e.effective_at),
+            e.posting_id.clone(),
+            d,
+            c,
+            e.balance_after.to_string(),
+        ]
+    }));
+    let body = rows.len();
+    rows.push([
+        "TOTAL".into(),
+        String::new(),
+        String::new(),
+        match entries.len() {
+            1 => "1 entry".to_string(),
+            n => format!("{n} entries"),
+        },
+        balance.debits.to_string(),
+        balance.credits.to_string(),
+        balance.balance.to_string(),
+    ]);
+    let right = [true, false, false, false, true, true, true];
+    out.push_str(&table(&rows, &right, Some(body)));
+    out
 }
 
 /// Aligned columns (right-aligned where `right`), with a rule under the heading and before

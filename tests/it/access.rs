@@ -117,6 +117,11 @@ async fn with_auth_on_each_call_is_judged_by_its_token_and_role() {
         .await
         .unwrap_err();
     assert_error(&e, Code::PermissionDenied, "PERMISSION_DENIED");
+    let batch = pb::PostBatchRequest {
+        requests: vec![transfer("k4", "a", "b", "1.00")],
+    };
+    let e = c.post_batch(bearer(batch, &tok.reader)).await.unwrap_err();
+    assert_error(&e, Code::PermissionDenied, "PERMISSION_DENIED");
     let e = c.void(bearer(void("v1"), &tok.reader)).await.unwrap_err();
     assert_error(&e, Code::PermissionDenied, "PERMISSION_DENIED");
     let e = c

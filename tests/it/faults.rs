@@ -128,7 +128,7 @@ async fn load(addr: String, clients: usize, per_client: usize, tally: Arc<Tally>
 }
 
 /// After a run: exactly one posting per key, the balance is their sum, `ledger check` passes.
-async fn assert_exactly_once(url: &str, clients: usize, per_client: usize) {
+pub async fn assert_exactly_once(url: &str, clients: usize, per_client: usize) {
     let db = ledger::storage::connect(url).await.unwrap();
     let n = (clients * per_client) as i64;
     let row = db

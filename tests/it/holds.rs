@@ -696,11 +696,10 @@ async fn a_hold_expiring_in_a_second_is_released_by_the_ledger_within_the_bound(
 /// A ledger whose expiry task does not run (it polls once an hour): what the writer does at
 /// the expiry time, before any release is recorded.
 async fn without_expiry_task(url: String) -> TestLedger {
-    let tuning = ledger::tuning::Tuning {
-        hold_expiry_poll: StdDuration::from_secs(3600),
-        ..test_tuning()
-    };
-    TestLedger::on_database_tuned(url, app_role_ops(), tuning).await
+    TestLedger::on_database_tuned(url, app_role_ops(), |t| {
+        t.hold_expiry_poll = StdDuration::from_secs(3600);
+    })
+    .await
 }
 
 #[tokio::test]

@@ -86,6 +86,20 @@ fn acceptable(s: &tonic::Status) -> Result<(), String> {
     Ok(())
 }
 
+/// The first result of a `PostBatch` whose error would not be acceptable as a call's answer
+/// (as the status `Post` would have answered), or `Ok`.
+fn first_unacceptable_result(r: pb::PostBatchResponse) -> Result<(), tonic::Status> {
+    for result in r.results {
+        if let Some(pb::post_batch_result::Outcome::Error(e)) = result.outcome {
+            let s = crate::batch::as_status(&e);
+            if acceptable(&s).is_err() {
+                return Err(s);
+            }
+        }
+    }
+    Ok(())
+}
+
 #[test]
 fn random_bytes_as_any_rpc_body_never_crash_the_server_or_answer_internal() {
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -246,16 +260,33 @@ async fn every_rpc(t: &TestLedger, f: Fields) -> Vec<(&'static str, Result<(), t
         recorded_at: f.at,
         effective_at: f.at,
     });
+    let post = pb::PostRequest {
+        idempotency_key: f.key.clone(),
+        legs: f.legs.clone(),
+        effective_at: f.at,
+        memo: f.memo.clone(),
+        metadata: f.metadata.clone(),
+        hold: f.scale.is_multiple_of(3),
+        hold_expires_at: f.at,
+    };
+    let requests = vec![post.clone(), post.clone()];
     vec![
+        ("Post", c.post(post).await.map(drop)),
         (
-            "Post",
-            c.post(pb::PostRequest {
+            "PostBatch",
+            c.post_batch(pb::PostBatchRequest { requests })
+                .await
+                .and_then(|r| first_unacceptable_result(r.into_inner())),
+        ),
+        (
+            "Capture",
+            c.capture(pb::CaptureRequest {
                 idempotency_key: f.key.clone(),
+                hold_posting_id: f.code.clone(),
                 legs: f.legs.clone(),
                 effective_at: f.at,
                 memo: f.memo.clone(),
                 metadata: f.metadata.clone(),
-                ..Default::default()
             })
             .await
             .map(drop),
@@ -398,6 +429,11 @@ fn decode_and_validate(bytes: &[u8], accounts: &HashMap<String, ledger::domain::
             if p.check_shape().is_ok() {
                 let _ = p.validate(accounts);
             }
+        }
+    }
+    if let Ok(r) = pb::CaptureRequest::decode(bytes) {
+        if let Ok(c) = convert::capture_from_pb(r) {
+            let _ = c.check_shape();
         }
     }
     if let Ok(r) = pb::VoidRequest::decode(bytes) {

@@ -170,7 +170,7 @@ const JOURNAL_TABLES: [&str; 5] = [
 ];
 
 /// Rows in each journal table, in the order of [`JOURNAL_TABLES`].
-async fn journal_counts(t: &TestLedger) -> Vec<i64> {
+pub async fn journal_counts(t: &TestLedger) -> Vec<i64> {
     let mut counts = Vec::new();
     for table in JOURNAL_TABLES {
         counts.push(t.count(table).await);
@@ -324,7 +324,7 @@ fn void_of(target: &uuid::Uuid, key: &str) -> WriteRequest {
 }
 
 /// Makes every batch that writes a posting fail inside its transaction (at the outbox row).
-async fn break_outbox(t: &TestLedger) {
+pub async fn break_outbox(t: &TestLedger) {
     t.db()
         .await
         .batch_execute(
@@ -568,6 +568,99 @@ async fn bench_open_loop_offers_rate_times_duration_requests_and_reports_what_it
         answered, 300,
         "every offered request was answered: {summary}"
     );
+}
+
+/// Postings answered (new, replayed or rejected) in a summary.
+fn answered(summary: &serde_json::Value) -> i64 {
+    ["postings", "replays", "rejected"]
+        .iter()
+        .map(|f| summary[f].as_i64().unwrap())
+        .sum()
+}
+
+#[tokio::test]
+async fn bench_with_batch_10_sends_post_batch_calls_of_10_and_reports_exactly_what_it_wrote() {
+    let t = TestLedger::start().await;
+    let summary = run_bench(
+        &t,
+        "--duration 2 --concurrency 8 --accounts 20 --hot-account --legs 3 --duplicates 0.1 --batch 10",
+    )
+    .await;
+    let calls = summary["requests"].as_i64().unwrap();
+    assert!(calls > 0, "{summary}");
+    assert_eq!(summary["batch"].as_i64(), Some(10), "{summary}");
+    assert_eq!(
+        summary["post_batch_calls"].as_i64(),
+        Some(calls),
+        "{summary}"
+    );
+    assert_eq!(
+        answered(&summary),
+        10 * calls,
+        "ten postings per call: {summary}"
+    );
+    assert!(summary["replays"].as_i64().unwrap() > 0, "{summary}");
+    // Open loop: 300 postings/s in calls of 10 for 2 s are 60 calls.
+    let summary = run_bench(
+        &t,
+        "--duration 2 --rate 300 --batch 10 --accounts 10 --prefix open",
+    )
+    .await;
+    assert_eq!(summary["requests"].as_i64(), Some(60), "{summary}");
+    assert_eq!(answered(&summary), 600, "{summary}");
+}
+
+#[tokio::test]
+async fn bench_with_client_coalescing_sends_fewer_post_batch_calls_than_postings() {
+    let t = TestLedger::start().await;
+    let summary = run_bench(
+        &t,
+        "--duration 2 --concurrency 64 --accounts 20 --client-coalesce 16",
+    )
+    .await;
+    let postings = summary["postings"].as_i64().unwrap();
+    let calls = summary["post_batch_calls"].as_i64().unwrap();
+    assert!(calls > 0 && calls < postings, "{summary}");
+    assert_eq!(
+        summary["requests"].as_i64(),
+        Some(answered(&summary)),
+        "{summary}"
+    );
+}
+
+#[tokio::test]
+async fn bench_writer_times_the_writers_steps_alone_and_writes_a_journal_that_checks() {
+    let url = pg::shared_cluster().fresh_database().await;
+    for hot in [false, true] {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_ledger"))
+            .args(["bench-writer", "--database-url", &url])
+            .args(["--batch", "10", "--duration", "1", "--accounts", "20"])
+            .args(hot.then_some("--hot-account"))
+            .env("LEDGER_LOG", "warn")
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let summary: serde_json::Value =
+            serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+        assert!(summary["postings"].as_i64().unwrap() >= 10, "{summary}");
+        assert_eq!(
+            summary["postings"].as_i64().unwrap(),
+            10 * summary["batches"].as_i64().unwrap(),
+            "{summary}"
+        );
+        for step in [
+            "load_ms_per_batch",
+            "decide_ms_per_batch",
+            "write_ms_per_batch",
+        ] {
+            assert!(summary[step].as_f64().unwrap() > 0.0, "{step}: {summary}");
+        }
+    }
+    let (ok, report) = crate::faults::ledger_check(&url).await;
+    assert!(ok, "{report}");
 }
 
 #[tokio::test]

@@ -185,6 +185,11 @@ fn one_write_call(method: &str, posting_id: &str) -> Option<Vec<u8>> {
         }
         .encode_to_vec(),
         "Post" => transfer("late", "equity:world", "acct:0", "1.00").encode_to_vec(),
+        "PostBatch" => pb::PostBatchRequest {
+            // The same request as Post's: whichever is decided first, one posting.
+            requests: vec![transfer("late", "equity:world", "acct:0", "1.00")],
+        }
+        .encode_to_vec(),
         "Void" => pb::VoidRequest {
             idempotency_key: "late-void".into(),
             posting_id: posting_id.into(),

@@ -137,9 +137,47 @@ fn ok<T>(r: Result<tonic::Response<T>, tonic::Status>) -> Result<(), tonic::Stat
     r.map(|_| ())
 }
 
+/// A `PostBatch` of one request with a NUL in one of its fields (`field` as in `Post`): the
+/// call succeeds, and its one result is the error `Post` answers.
+async fn call_in_batch(
+    t: &TestLedger,
+    field: &str,
+) -> (Result<(), tonic::Status>, Code, &'static str) {
+    let invalid = Code::InvalidArgument;
+    let (req, reason) = match field {
+        "idempotency_key" => (
+            post(|r| r.idempotency_key = NUL.into()),
+            "IDEMPOTENCY_KEY_REQUIRED",
+        ),
+        "legs.account" => (
+            post(|r| r.legs[0].account = NUL.into()),
+            "INVALID_ACCOUNT_CODE",
+        ),
+        "legs.amount" => (post(|r| r.legs[0].amount = NUL.into()), "INVALID_AMOUNT"),
+        "memo" => (post(|r| r.memo = NUL.into()), "INVALID_FIELD"),
+        "metadata.key" => (post(|r| r.metadata = meta(NUL, "v")), "INVALID_FIELD"),
+        "metadata.value" => (post(|r| r.metadata = meta("k", NUL)), "INVALID_FIELD"),
+        other => panic!("no row for PostBatch.requests.{other}: add one to this table"),
+    };
+    let batch = pb::PostBatchRequest {
+        requests: vec![req],
+    };
+    let result = match t.client.clone().post_batch(batch).await {
+        Ok(r) => {
+            let first = r.into_inner().results.remove(0);
+            crate::batch::as_post_answer(first).map(drop)
+        }
+        Err(s) => Err(s),
+    };
+    (result, invalid, reason)
+}
+
 /// One request with a NUL in one field, and the answer it must get.
 async fn call(t: &TestLedger, field: &str) -> (Result<(), tonic::Status>, Code, &'static str) {
     use pb::get_posting_request::By;
+    if let Some(field) = field.strip_prefix("PostBatch.requests.") {
+        return call_in_batch(t, field).await;
+    }
     let mut c = t.client.clone();
     let (result, code, reason) = match field {
         "CreateAccount.code" => (

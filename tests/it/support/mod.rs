@@ -42,19 +42,33 @@ impl TestLedger {
         Self::on_database_with(url, ops).await
     }
 
+    /// Boots a server on a fresh database with its knobs changed by `tune`.
+    pub async fn start_tuned(tune: impl FnOnce(&mut ledger::tuning::Tuning)) -> TestLedger {
+        let url = pg::shared_cluster().fresh_database().await;
+        Self::on_database_tuned(url, app_role_ops(), tune).await
+    }
+
     /// Boots a server on an existing database with these options. The client is plain
     /// (no TLS, no token); TLS tests make their own.
     pub async fn on_database_with(url: String, ops: server::OpsOptions) -> TestLedger {
-        Self::on_database_tuned(url, ops, test_tuning()).await
+        Self::on_database_tuned(url, ops, |_| {}).await
     }
 
-    /// Boots a server on an existing database with these options and knobs.
+    /// [`TestLedger::on_database_with`], with the server's knobs changed by `tune`.
     pub async fn on_database_tuned(
         url: String,
         ops: server::OpsOptions,
-        tuning: ledger::tuning::Tuning,
+        tune: impl FnOnce(&mut ledger::tuning::Tuning),
     ) -> TestLedger {
         let tls = ops.tls.is_some();
+        let mut tuning = ledger::tuning::Tuning {
+            pool: ledger::storage::PoolTuning {
+                size: 8,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        tune(&mut tuning);
         let options = ServerOptions {
             listen: "127.0.0.1:0".parse().unwrap(),
             database_url: url.clone(),
@@ -157,18 +171,6 @@ impl TestLedger {
             .await
             .expect("balance")
             .into_inner()
-    }
-}
-
-/// The knobs every test server runs with unless it says otherwise: the defaults, with a
-/// pool of 8.
-pub fn test_tuning() -> ledger::tuning::Tuning {
-    ledger::tuning::Tuning {
-        pool: ledger::storage::PoolTuning {
-            size: 8,
-            ..Default::default()
-        },
-        ..Default::default()
     }
 }
 

@@ -1,0 +1,570 @@
+//! [`Client`]: the typed calls, each sent under the [`RetryPolicy`], with the accounts it has
+//! read kept in memory (accounts never change) so that amounts convert at their scale.
+
+use crate::amount::to_wire;
+use crate::coalesce::{Coalescer, COALESCE_MAX_IN_FLIGHT};
+use crate::connect::{connect, ConnectOptions, RawClient};
+use crate::error::{Error, ErrorKind, Reason};
+use crate::pb;
+use crate::retry::{random, RetryPolicy};
+use crate::types::*;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Requests in one `PostBatch` call, at most (the ledger's limit MAX_BATCH_REQUESTS).
+pub const MAX_BATCH_REQUESTS: usize = 1000;
+/// Bytes of one `PostBatch` request, at most (the ledger's limit MAX_BATCH_REQUEST_BYTES).
+pub const MAX_BATCH_REQUEST_BYTES: usize = 4 * 1024 * 1024;
+/// Accounts kept in memory, at most (limit MAX_CACHED_ACCOUNTS); emptied when full. Only
+/// their scale is needed (to write amounts), and accounts never change, so a kept account
+/// never goes stale.
+pub const MAX_CACHED_ACCOUNTS: usize = 10_000;
+/// Items asked for per page when a call pages through a whole list (the ledger's largest).
+pub const PAGE_SIZE: u32 = 1000;
+
+/// Coalescing of concurrent [`Client::post`] calls into `PostBatch` calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Coalesce {
+    /// Posts in one `PostBatch` call, at most (1..=[`MAX_BATCH_REQUESTS`]).
+    pub max_per_call: usize,
+    /// `PostBatch` calls in flight at once, at most (limit COALESCE_MAX_IN_FLIGHT by
+    /// default); posts arriving meanwhile wait and go together in the next call.
+    pub max_in_flight: usize,
+}
+
+/// How a [`Client`] reaches the ledger and behaves.
+#[derive(Clone, Debug, Default)]
+pub struct ClientOptions {
+    /// Address, TLS and bearer token.
+    pub connect: ConnectOptions,
+    /// Retries of calls whose outcome is unknown.
+    pub retry: RetryPolicy,
+    /// `None`: every `post` is its own `Post` call.
+    pub coalesce: Option<Coalesce>,
+}
+
+impl ClientOptions {
+    /// The server at `host:port` (plain) or an `http://` / `https://` URL.
+    pub fn new(server: impl Into<String>) -> ClientOptions {
+        ClientOptions {
+            connect: ConnectOptions {
+                server: server.into(),
+                ..ConnectOptions::default()
+            },
+            ..ClientOptions::default()
+        }
+    }
+
+    /// With a bearer token on every call.
+    pub fn token(mut self, token: impl Into<String>) -> ClientOptions {
+        self.connect.token = Some(token.into());
+        self
+    }
+
+    /// With this retry policy.
+    pub fn retry(mut self, retry: RetryPolicy) -> ClientOptions {
+        self.retry = retry;
+        self
+    }
+
+    /// Concurrent `post` calls sent together, at most `max_per_call` per `PostBatch`.
+    pub fn coalesce(mut self, max_per_call: usize) -> ClientOptions {
+        self.coalesce = Some(Coalesce {
+            max_per_call,
+            max_in_flight: COALESCE_MAX_IN_FLIGHT,
+        });
+        self
+    }
+}
+
+/// What a client has sent so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    /// Calls sent to the server, every attempt counted.
+    pub attempts: u64,
+    /// Attempts that repeated a call whose outcome was unknown.
+    pub retries: u64,
+    /// `PostBatch` calls sent (first attempts).
+    pub batch_calls: u64,
+    /// Postings sent in `PostBatch` calls (first attempts).
+    pub batched_postings: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    attempts: AtomicU64,
+    retries: AtomicU64,
+    batch_calls: AtomicU64,
+    batched_postings: AtomicU64,
+}
+
+/// The calls themselves: one connection and the retry policy (shared with the coalescer's
+/// dispatcher).
+pub(crate) struct Calls {
+    raw: RawClient,
+    retry: RetryPolicy,
+    counters: Counters,
+}
+
+impl Calls {
+    /// Sends `req` with `rpc`, again with the same request while the outcome is unknown and
+    /// attempts remain (pausing as the policy says); the last error otherwise.
+    async fn call<Req, T, F, Fut>(&self, req: Req, rpc: F) -> Result<T, Error>
+    where
+        Req: Clone,
+        F: Fn(RawClient, tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let mut attempt = 1;
+        loop {
+            let mut request = tonic::Request::new(req.clone());
+            request.set_timeout(self.retry.attempt_timeout);
+            self.counters.attempts.fetch_add(1, Ordering::Relaxed);
+            let error = match rpc(self.raw.clone(), request).await {
+                Ok(r) => return Ok(r.into_inner()),
+                Err(s) => Error::from_status(&s),
+            };
+            if !error.is_retry_safe() || attempt >= self.retry.max_attempts {
+                return Err(error);
+            }
+            tokio::time::sleep(self.retry.pause(attempt, random())).await;
+            attempt += 1;
+            self.counters.retries.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) async fn post(&self, req: pb::PostRequest) -> Result<Posted, Error> {
+        let r = self
+            .call(req, |mut c, r| async move { c.post(r).await })
+            .await?;
+        Posted::from_pb(r.posting, r.replayed)
+    }
+
+    /// One `PostBatch` call (retried whole): one result per request, in order, or the
+    /// call's error.
+    pub(crate) async fn post_batch(
+        &self,
+        requests: Vec<pb::PostRequest>,
+    ) -> Result<Vec<Result<Posted, Error>>, Error> {
+        let n = requests.len();
+        self.counters.batch_calls.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .batched_postings
+            .fetch_add(n as u64, Ordering::Relaxed);
+        let req = pb::PostBatchRequest { requests };
+        let r = self
+            .call(req, |mut c, r| async move { c.post_batch(r).await })
+            .await?;
+        if r.results.len() != n {
+            return Err(Error::new(
+                ErrorKind::Invalid,
+                format!(
+                    "the ledger answered {} results to {n} requests",
+                    r.results.len()
+                ),
+            ));
+        }
+        Ok(r.results.into_iter().map(batch_result).collect())
+    }
+}
+
+/// One `PostBatch` result as `post` would have answered it.
+fn batch_result(r: pb::PostBatchResult) -> Result<Posted, Error> {
+    match r.outcome {
+        Some(pb::post_batch_result::Outcome::Response(p)) => Posted::from_pb(p.posting, p.replayed),
+        Some(pb::post_batch_result::Outcome::Error(s)) => Err(Error::from_rpc_status(&s)),
+        None => Err(Error::new(
+            ErrorKind::Invalid,
+            "the ledger answered a result without an outcome",
+        )),
+    }
+}
+
+/// A client of the ledger: cheap to clone (clones share the connection, the accounts read and
+/// the coalescer), safe to use from many tasks at once.
+#[derive(Clone)]
+pub struct Client {
+    calls: Arc<Calls>,
+    accounts: Arc<Mutex<HashMap<String, Account>>>,
+    coalescer: Option<Coalescer>,
+    options: Arc<ClientOptions>,
+}
+
+impl Client {
+    /// Connects (see [`connect`] for addresses and TLS). Coalescing, when asked for, starts its
+    /// dispatcher on the current tokio runtime.
+    pub async fn connect(opts: ClientOptions) -> Result<Client, Error> {
+        Client::on_new_connection(Arc::new(opts), Arc::default()).await
+    }
+
+    /// A client over a new connection to the same server, with the same options, sharing the
+    /// accounts this one has read (its own coalescing, when on). To spread load over several
+    /// HTTP/2 connections without reading every account once per connection.
+    pub async fn another_connection(&self) -> Result<Client, Error> {
+        Client::on_new_connection(self.options.clone(), self.accounts.clone()).await
+    }
+
+    async fn on_new_connection(
+        options: Arc<ClientOptions>,
+        accounts: Arc<Mutex<HashMap<String, Account>>>,
+    ) -> Result<Client, Error> {
+        let coalesce = options.coalesce.map(check_coalesce).transpose()?;
+        let calls = Arc::new(Calls {
+            raw: connect(&options.connect).await?,
+            retry: options.retry,
+            counters: Counters::default(),
+        });
+        Ok(Client {
+            coalescer: coalesce.map(|c| Coalescer::spawn(calls.clone(), c)),
+            calls,
+            accounts,
+            options,
+        })
+    }
+
+    /// The generated client over the same connection, for calls this API does not cover.
+    pub fn raw(&self) -> RawClient {
+        self.calls.raw.clone()
+    }
+
+    /// What this client (and its clones) sent so far.
+    pub fn stats(&self) -> ClientStats {
+        let c = &self.calls.counters;
+        ClientStats {
+            attempts: c.attempts.load(Ordering::Relaxed),
+            retries: c.retries.load(Ordering::Relaxed),
+            batch_calls: c.batch_calls.load(Ordering::Relaxed),
+            batched_postings: c.batched_postings.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Creates an account, or finds the identical one (`true` when it was created now).
+    pub async fn create_account(&self, a: NewAccount) -> Result<(Account, bool), Error> {
+        let req = pb::CreateAccountRequest {
+            code: a.code,
+            currency: a.currency,
+            scale: a.scale,
+            normal_balance: a.normal_balance.to_pb(),
+            allow_negative: a.allow_negative,
+            metadata: a.metadata.into_iter().collect(),
+        };
+        let r = self
+            .calls
+            .call(req, |mut c, r| async move { c.create_account(r).await })
+            .await?;
+        let account = r
+            .account
+            .ok_or_else(|| Error::new(ErrorKind::Invalid, "the ledger answered no account"))
+            .and_then(Account::from_pb)?;
+        self.remember(&account);
+        Ok((account, r.created))
+    }
+
+    /// An account by code (read once, then kept: accounts never change).
+    pub async fn account(&self, code: &str) -> Result<Account, Error> {
+        if let Some(a) = self.accounts.lock().expect("accounts lock").get(code) {
+            return Ok(a.clone());
+        }
+        let req = pb::GetAccountRequest { code: code.into() };
+        let a = self
+            .calls
+            .call(req, |mut c, r| async move { c.get_account(r).await })
+            .await
+            .and_then(Account::from_pb)?;
+        self.remember(&a);
+        Ok(a)
+    }
+
+    /// The scale of an account (read once, then kept), without copying the account.
+    async fn scale(&self, code: &str) -> Result<u32, Error> {
+        let kept = self
+            .accounts
+            .lock()
+            .expect("accounts lock")
+            .get(code)
+            .map(|a| a.scale);
+        match kept {
+            Some(scale) => Ok(scale),
+            None => Ok(self.account(code).await?.scale),
+        }
+    }
+
+    fn remember(&self, a: &Account) {
+        let mut accounts = self.accounts.lock().expect("accounts lock");
+        if accounts.len() >= MAX_CACHED_ACCOUNTS {
+            accounts.clear();
+        }
+        accounts.insert(a.code.clone(), a.clone());
+    }
+
+    /// The posting as the ledger takes it: each amount written at its account's scale
+    /// (accounts not yet known are read first). Refused before any `Post` is sent: a missing
+    /// key, an amount the account cannot carry exactly or beyond the ledger's digits.
+    async fn wire(&self, p: &NewPosting) -> Result<pb::PostRequest, Error> {
+        if p.idempotency_key.is_empty() {
+            return Err(Error::refused(
+                Reason::IdempotencyKeyRequired,
+                "idempotency_key is required: the same key on every retry of this posting",
+            ));
+        }
+        Ok(pb::PostRequest {
+            idempotency_key: p.idempotency_key.clone(),
+            legs: self.wire_legs(&p.legs).await?,
+            effective_at: p.effective_at.map(time_to_pb),
+            memo: p.memo.clone(),
+            metadata: p.metadata.clone().into_iter().collect(),
+            hold: p.hold.is_some(),
+            hold_expires_at: p.hold.flatten().map(time_to_pb),
+        })
+    }
+
+    /// Legs with each amount written at its account's scale.
+    async fn wire_legs(&self, legs: &[Leg]) -> Result<Vec<pb::Leg>, Error> {
+        let mut wire = Vec::with_capacity(legs.len());
+        for leg in legs {
+            let scale = self.scale(&leg.account).await?;
+            wire.push(pb::Leg {
+                account: leg.account.clone(),
+                direction: leg.direction.to_pb(),
+                amount: to_wire(leg.amount, scale, &leg.account)?,
+            });
+        }
+        Ok(wire)
+    }
+
+    /// Records a posting, or answers the one already recorded under its key
+    /// (`replayed: true`). Calls whose outcome is unknown are retried with the same key. With
+    /// coalescing on, it travels in a `PostBatch` with the posts of other tasks.
+    pub async fn post(&self, posting: NewPosting) -> Result<Posted, Error> {
+        let req = self.wire(&posting).await?;
+        match &self.coalescer {
+            Some(c) => c.post(req).await,
+            None => self.calls.post(req).await,
+        }
+    }
+
+    /// Records up to [`MAX_BATCH_REQUESTS`] postings in one `PostBatch` call (retried whole
+    /// while its outcome is unknown): one result per posting, in order, each what `post` would
+    /// have answered, so one bad posting (refused here or by the ledger) never fails the
+    /// others. `Err` is the call's own failure.
+    pub async fn post_batch(
+        &self,
+        postings: Vec<NewPosting>,
+    ) -> Result<Vec<Result<Posted, Error>>, Error> {
+        check_batch(postings.len())?;
+        let mut results: Vec<Option<Result<Posted, Error>>> = Vec::with_capacity(postings.len());
+        let mut wire = Vec::with_capacity(postings.len());
+        for p in &postings {
+            match self.wire(p).await {
+                Ok(r) => {
+                    wire.push(r);
+                    results.push(None);
+                }
+                // A definite answer for this posting alone; an unknown one fails the call.
+                Err(e) if !e.is_retry_safe() => results.push(Some(Err(e))),
+                Err(e) => return Err(e),
+            }
+        }
+        check_batch_bytes(&wire)?;
+        let mut sent = if wire.is_empty() {
+            Vec::new()
+        } else {
+            self.calls.post_batch(wire).await?
+        }
+        .into_iter();
+        Ok(results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| sent.next().expect("one result per request sent")))
+            .collect())
+    }
+
+    /// Records the compensating posting of an earlier one (retried with the same key).
+    pub async fn void(&self, v: NewVoid) -> Result<Posted, Error> {
+        let req = pb::VoidRequest {
+            idempotency_key: v.idempotency_key,
+            posting_id: v.posting_id,
+            reason: v.reason,
+            effective_at: v.effective_at.map(time_to_pb),
+        };
+        let r = self
+            .calls
+            .call(req, |mut c, r| async move { c.void(r).await })
+            .await?;
+        Posted::from_pb(r.posting, r.replayed)
+    }
+
+    /// Captures a pending hold, whole (no legs) or in part (retried with the same key).
+    pub async fn capture(&self, c: NewCapture) -> Result<Posted, Error> {
+        if c.idempotency_key.is_empty() {
+            return Err(Error::refused(
+                Reason::IdempotencyKeyRequired,
+                "idempotency_key is required: the same key on every retry of this capture",
+            ));
+        }
+        let req = pb::CaptureRequest {
+            legs: self.wire_legs(&c.legs).await?,
+            idempotency_key: c.idempotency_key,
+            hold_posting_id: c.hold_posting_id,
+            effective_at: c.effective_at.map(time_to_pb),
+            memo: c.memo,
+            metadata: c.metadata.into_iter().collect(),
+        };
+        let r = self
+            .calls
+            .call(req, |mut c, r| async move { c.capture(r).await })
+            .await?;
+        Posted::from_pb(r.posting, r.replayed)
+    }
+
+    /// A posting by its id, or by this caller's idempotency key, as it stands now.
+    pub async fn posting(&self, by: PostingBy) -> Result<Posting, Error> {
+        self.posting_as_of(by, AsOf::now()).await
+    }
+
+    /// A posting as the ledger saw it at a cut-off (a hold's status then; a posting
+    /// recorded after the cut-off is POSTING_NOT_FOUND).
+    pub async fn posting_as_of(&self, by: PostingBy, as_of: AsOf) -> Result<Posting, Error> {
+        let by = Some(match by {
+            PostingBy::Id(id) => pb::get_posting_request::By::PostingId(id),
+            PostingBy::Key(key) => pb::get_posting_request::By::IdempotencyKey(key),
+        });
+        let req = pb::GetPostingRequest {
+            by,
+            as_of: as_of.to_pb(),
+        };
+        let p = self
+            .calls
+            .call(req, |mut c, r| async move { c.get_posting(r).await })
+            .await?;
+        Posting::from_pb(p)
+    }
+
+    /// An account's balance at a cut-off.
+    pub async fn balance(&self, account: &str, as_of: AsOf) -> Result<Balance, Error> {
+        let req = pb::GetBalanceRequest {
+            account: account.into(),
+            as_of: as_of.to_pb(),
+        };
+        let b = self
+            .calls
+            .call(req, |mut c, r| async move { c.get_balance(r).await })
+            .await?;
+        Balance::from_pb(b)
+    }
+
+    /// The whole trial balance at one cut-off (every page; later pages keep the first's
+    /// cut-off, so the balances and totals agree).
+    pub async fn trial_balance(&self, prefix: &str, as_of: AsOf) -> Result<TrialBalance, Error> {
+        let mut balances = Vec::new();
+        let mut page_token = String::new();
+        loop {
+            let req = pb::ListBalancesRequest {
+                prefix: prefix.into(),
+                as_of: as_of.to_pb(),
+                page_size: PAGE_SIZE,
+                page_token,
+            };
+            let page = self
+                .calls
+                .call(req, |mut c, r| async move { c.list_balances(r).await })
+                .await?;
+            for b in page.balances {
+                balances.push(Balance::from_pb(b)?);
+            }
+            if page.next_page_token.is_empty() {
+                let totals = page.totals.into_iter().map(CurrencyTotal::from_pb);
+                return Ok(TrialBalance {
+                    balances,
+                    totals: totals.collect::<Result<_, _>>()?,
+                });
+            }
+            page_token = page.next_page_token;
+        }
+    }
+
+    /// An account's entries in journal order at one cut-off (every page), each with the
+    /// balance after its posting. Ask at a [`Balance`]'s `as_of` to get the statement that
+    /// closes at that balance.
+    pub async fn entries(&self, account: &str, as_of: AsOf) -> Result<Vec<Entry>, Error> {
+        let mut entries = Vec::new();
+        let mut page_token = String::new();
+        loop {
+            let req = pb::ListEntriesRequest {
+                account: account.into(),
+                as_of: as_of.to_pb(),
+                page_size: PAGE_SIZE,
+                page_token,
+            };
+            let page = self
+                .calls
+                .call(req, |mut c, r| async move { c.list_entries(r).await })
+                .await?;
+            for e in page.entries {
+                entries.push(Entry::from_pb(e)?);
+            }
+            if page.next_page_token.is_empty() {
+                return Ok(entries);
+            }
+            page_token = page.next_page_token;
+        }
+    }
+}
+
+/// Which posting [`Client::posting`] reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PostingBy {
+    /// By its id.
+    Id(String),
+    /// By the idempotency key this caller recorded it under.
+    Key(String),
+}
+
+fn check_coalesce(c: Coalesce) -> Result<Coalesce, Error> {
+    if c.max_per_call == 0 || c.max_per_call > MAX_BATCH_REQUESTS {
+        return Err(Error::new(
+            ErrorKind::Invalid,
+            format!(
+                "coalescing takes 1..={MAX_BATCH_REQUESTS} posts per call (limit MAX_BATCH_REQUESTS), not {}",
+                c.max_per_call
+            ),
+        ));
+    }
+    if c.max_in_flight == 0 {
+        return Err(Error::new(
+            ErrorKind::Invalid,
+            "coalescing needs at least one call in flight (COALESCE_MAX_IN_FLIGHT)",
+        ));
+    }
+    Ok(c)
+}
+
+fn check_batch(n: usize) -> Result<(), Error> {
+    if n == 0 || n > MAX_BATCH_REQUESTS {
+        return Err(Error::refused(
+            if n == 0 { Reason::InvalidField } else { Reason::LimitExceeded },
+            format!("a PostBatch carries 1..={MAX_BATCH_REQUESTS} postings (limit MAX_BATCH_REQUESTS), not {n}"),
+        )
+        .with("limit", "MAX_BATCH_REQUESTS"));
+    }
+    Ok(())
+}
+
+/// Bytes a request takes inside a `PostBatchRequest`.
+pub(crate) fn framed_len(r: &pb::PostRequest) -> usize {
+    let len = prost::Message::encoded_len(r);
+    1 + prost::length_delimiter_len(len) + len
+}
+
+fn check_batch_bytes(requests: &[pb::PostRequest]) -> Result<(), Error> {
+    let bytes: usize = requests.iter().map(framed_len).sum();
+    if bytes > MAX_BATCH_REQUEST_BYTES {
+        return Err(Error::refused(
+            Reason::LimitExceeded,
+            format!("the PostBatch would be {bytes} bytes, over the limit of {MAX_BATCH_REQUEST_BYTES} (MAX_BATCH_REQUEST_BYTES); send fewer postings per call"),
+        )
+        .with("limit", "MAX_BATCH_REQUEST_BYTES"));
+    }
+    Ok(())
+}

@@ -1,0 +1,541 @@
+//! The contract's requests and answers as Rust types: amounts as [`Decimal`], times as
+//! [`SystemTime`], directions and sides as enums, absent ids as `None`. Conversions from the
+//! wire fail with an error rather than guess (an amount a `Decimal` cannot hold, a time out of
+//! range).
+
+use crate::amount::from_wire;
+use crate::error::{Error, ErrorKind};
+use crate::pb;
+use rust_decimal::Decimal;
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+/// Metadata entries (up to 32; keys 1..64 bytes, values ≤ 512 bytes).
+pub type Metadata = BTreeMap<String, String>;
+
+/// The side of a leg.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// Adds to the account's debits.
+    Debit,
+    /// Adds to the account's credits.
+    Credit,
+}
+
+/// The side an account's balance grows on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NormalBalance {
+    /// balance = debits − credits (assets, expenses).
+    Debit,
+    /// balance = credits − debits (liabilities, equity, income).
+    Credit,
+}
+
+impl Direction {
+    pub(crate) fn to_pb(self) -> i32 {
+        match self {
+            Direction::Debit => pb::Direction::Debit as i32,
+            Direction::Credit => pb::Direction::Credit as i32,
+        }
+    }
+
+    fn from_pb(v: i32) -> Result<Direction, Error> {
+        match pb::Direction::try_from(v) {
+            Ok(pb::Direction::Debit) => Ok(Direction::Debit),
+            Ok(pb::Direction::Credit) => Ok(Direction::Credit),
+            _ => Err(unexpected("direction", v)),
+        }
+    }
+}
+
+impl NormalBalance {
+    pub(crate) fn to_pb(self) -> i32 {
+        match self {
+            NormalBalance::Debit => pb::NormalBalance::Debit as i32,
+            NormalBalance::Credit => pb::NormalBalance::Credit as i32,
+        }
+    }
+
+    fn from_pb(v: i32) -> Result<NormalBalance, Error> {
+        match pb::NormalBalance::try_from(v) {
+            Ok(pb::NormalBalance::Debit) => Ok(NormalBalance::Debit),
+            Ok(pb::NormalBalance::Credit) => Ok(NormalBalance::Credit),
+            _ => Err(unexpected("normal_balance", v)),
+        }
+    }
+}
+
+fn unexpected(field: &str, v: impl std::fmt::Debug) -> Error {
+    Error::new(
+        ErrorKind::Invalid,
+        format!("the ledger answered {field} {v:?}, which this client does not know"),
+    )
+}
+
+pub(crate) fn time_to_pb(t: SystemTime) -> prost_types::Timestamp {
+    t.into()
+}
+
+fn time_from_pb(field: &str, t: Option<prost_types::Timestamp>) -> Result<SystemTime, Error> {
+    let t = t.ok_or_else(|| unexpected(field, "nothing"))?;
+    SystemTime::try_from(t).map_err(|_| unexpected(field, t))
+}
+
+fn id(s: String) -> Option<String> {
+    (!s.is_empty()).then_some(s)
+}
+
+/// An account to create. Every attribute is fixed at creation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewAccount {
+    /// 1..128 characters of `a-z 0-9 : _ - .`.
+    pub code: String,
+    /// 2..16 characters of `A-Z 0-9`.
+    pub currency: String,
+    /// Decimal places its amounts carry (0..18).
+    pub scale: u32,
+    pub normal_balance: NormalBalance,
+    /// Whether its balance may go below zero.
+    pub allow_negative: bool,
+    pub metadata: Metadata,
+}
+
+/// An account as the ledger stores it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Account {
+    pub code: String,
+    pub currency: String,
+    pub scale: u32,
+    pub normal_balance: NormalBalance,
+    pub allow_negative: bool,
+    pub metadata: Metadata,
+    pub created_at: SystemTime,
+}
+
+impl Account {
+    pub(crate) fn from_pb(a: pb::Account) -> Result<Account, Error> {
+        Ok(Account {
+            normal_balance: NormalBalance::from_pb(a.normal_balance)?,
+            created_at: time_from_pb("created_at", a.created_at)?,
+            code: a.code,
+            currency: a.currency,
+            scale: a.scale,
+            allow_negative: a.allow_negative,
+            metadata: a.metadata.into_iter().collect(),
+        })
+    }
+}
+
+/// One leg: an account, a side, a positive amount (at most the account's scale in
+/// decimals; sent with exactly that scale).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leg {
+    pub account: String,
+    pub direction: Direction,
+    pub amount: Decimal,
+}
+
+impl Leg {
+    fn from_pb(l: pb::Leg) -> Result<Leg, Error> {
+        Ok(Leg {
+            direction: Direction::from_pb(l.direction)?,
+            amount: from_wire("amount", &l.amount)?,
+            account: l.account,
+        })
+    }
+}
+
+/// A posting to record: balanced legs under the caller's idempotency key (the same key on
+/// every retry; the client's own retries keep it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewPosting {
+    /// 1..255 printable characters, chosen by the caller.
+    pub idempotency_key: String,
+    /// 2..100 legs; per currency, debits equal credits.
+    pub legs: Vec<Leg>,
+    /// Business time; `None`: when it is recorded.
+    pub effective_at: Option<SystemTime>,
+    /// At most 1,024 bytes.
+    pub memo: String,
+    pub metadata: Metadata,
+    /// `Some`: a hold (two-phase posting) that reserves its legs until captured, released
+    /// or expired; the time is when it expires (`Some(None)`: it never expires).
+    pub hold: Option<Option<SystemTime>>,
+}
+
+impl NewPosting {
+    /// A posting without legs yet, under `idempotency_key`.
+    pub fn new(idempotency_key: impl Into<String>) -> NewPosting {
+        NewPosting {
+            idempotency_key: idempotency_key.into(),
+            legs: Vec::new(),
+            effective_at: None,
+            memo: String::new(),
+            metadata: Metadata::new(),
+            hold: None,
+        }
+    }
+
+    /// A hold rather than a posting: its legs are reserved (held, not in the balance) until
+    /// a capture posts them, a void releases them, or `expires_at` passes (`None`: never).
+    pub fn hold(mut self, expires_at: Option<SystemTime>) -> NewPosting {
+        self.hold = Some(expires_at);
+        self
+    }
+
+    /// With a debit leg of `amount` on `account`.
+    pub fn debit(self, account: impl Into<String>, amount: Decimal) -> NewPosting {
+        self.leg(account, Direction::Debit, amount)
+    }
+
+    /// With a credit leg of `amount` on `account`.
+    pub fn credit(self, account: impl Into<String>, amount: Decimal) -> NewPosting {
+        self.leg(account, Direction::Credit, amount)
+    }
+
+    /// With one more leg.
+    pub fn leg(
+        mut self,
+        account: impl Into<String>,
+        direction: Direction,
+        amount: Decimal,
+    ) -> NewPosting {
+        self.legs.push(Leg {
+            account: account.into(),
+            direction,
+            amount,
+        });
+        self
+    }
+
+    /// With a memo.
+    pub fn memo(mut self, memo: impl Into<String>) -> NewPosting {
+        self.memo = memo.into();
+        self
+    }
+
+    /// Effective (business time) at `at`.
+    pub fn effective_at(mut self, at: SystemTime) -> NewPosting {
+        self.effective_at = Some(at);
+        self
+    }
+
+    /// With one metadata entry.
+    pub fn meta(mut self, key: impl Into<String>, value: impl Into<String>) -> NewPosting {
+        self.metadata.insert(key.into(), value.into());
+        self
+    }
+}
+
+/// A recorded journal entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Posting {
+    pub posting_id: String,
+    /// 1, 2, 3 … in commit order, without gaps.
+    pub sequence: u64,
+    pub idempotency_key: String,
+    /// Its legs, amounts with their account's scale.
+    pub legs: Vec<Leg>,
+    pub effective_at: SystemTime,
+    pub recorded_at: SystemTime,
+    pub memo: String,
+    pub metadata: Metadata,
+    /// On a void: the posting it compensates.
+    pub voids_posting_id: Option<String>,
+    /// On a voided posting: the void that compensates it.
+    pub voided_by_posting_id: Option<String>,
+    /// On a void: the reason given.
+    pub void_reason: Option<String>,
+    /// Who recorded it.
+    pub caller: String,
+    /// On a hold: its state at the read's cut-off.
+    pub hold: Option<Hold>,
+    /// On a capture: the hold it captures.
+    pub captures_hold_posting_id: Option<String>,
+}
+
+/// Where a hold stands at a read's cut-off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HoldStatus {
+    /// Its legs are held: neither in the balance nor released.
+    Pending,
+    /// A capture posted (part of) its legs; the rest was released.
+    Captured,
+    /// A void released it.
+    Released,
+    /// Its expiry released it.
+    Expired,
+}
+
+/// A hold's state, on the hold posting.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hold {
+    pub status: HoldStatus,
+    /// When it expires, if ever.
+    pub expires_at: Option<SystemTime>,
+    /// The capture that closed it.
+    pub captured_by_posting_id: Option<String>,
+    /// The void or expiry release that closed it.
+    pub released_by_posting_id: Option<String>,
+}
+
+impl Hold {
+    fn from_pb(p: &mut pb::Posting) -> Result<Option<Hold>, Error> {
+        if !p.hold {
+            return Ok(None);
+        }
+        let status = match pb::HoldStatus::try_from(p.hold_status) {
+            Ok(pb::HoldStatus::Pending) => HoldStatus::Pending,
+            Ok(pb::HoldStatus::Captured) => HoldStatus::Captured,
+            Ok(pb::HoldStatus::Released) => HoldStatus::Released,
+            Ok(pb::HoldStatus::Expired) => HoldStatus::Expired,
+            _ => return Err(unexpected("hold_status", p.hold_status)),
+        };
+        let expires_at = match p.hold_expires_at.take() {
+            None => None,
+            t => Some(time_from_pb("hold_expires_at", t)?),
+        };
+        Ok(Some(Hold {
+            status,
+            expires_at,
+            captured_by_posting_id: id(std::mem::take(&mut p.captured_by_posting_id)),
+            released_by_posting_id: id(std::mem::take(&mut p.released_by_posting_id)),
+        }))
+    }
+}
+
+impl Posting {
+    pub(crate) fn from_pb(mut p: pb::Posting) -> Result<Posting, Error> {
+        let hold = Hold::from_pb(&mut p)?;
+        Ok(Posting {
+            hold,
+            captures_hold_posting_id: id(p.captures_hold_posting_id),
+            legs: p
+                .legs
+                .into_iter()
+                .map(Leg::from_pb)
+                .collect::<Result<_, _>>()?,
+            effective_at: time_from_pb("effective_at", p.effective_at)?,
+            recorded_at: time_from_pb("recorded_at", p.recorded_at)?,
+            posting_id: p.posting_id,
+            sequence: p.sequence,
+            idempotency_key: p.idempotency_key,
+            memo: p.memo,
+            metadata: p.metadata.into_iter().collect(),
+            voids_posting_id: id(p.voids_posting_id),
+            voided_by_posting_id: id(p.voided_by_posting_id),
+            void_reason: id(p.void_reason),
+            caller: p.caller,
+        })
+    }
+}
+
+/// The answer to a post or a void.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Posted {
+    pub posting: Posting,
+    /// True when the key had already been decided: this is the original posting.
+    pub replayed: bool,
+}
+
+impl Posted {
+    pub(crate) fn from_pb(posting: Option<pb::Posting>, replayed: bool) -> Result<Posted, Error> {
+        let posting = posting.ok_or_else(|| unexpected("posting", "nothing"))?;
+        Ok(Posted {
+            posting: Posting::from_pb(posting)?,
+            replayed,
+        })
+    }
+}
+
+/// A void to record: the compensating posting of `posting_id`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewVoid {
+    pub idempotency_key: String,
+    pub posting_id: String,
+    /// At most 1,024 bytes.
+    pub reason: String,
+    /// `None`: when it is recorded.
+    pub effective_at: Option<SystemTime>,
+}
+
+/// A capture of a pending hold: its legs posted, whole or in part (the rest released).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewCapture {
+    pub idempotency_key: String,
+    pub hold_posting_id: String,
+    /// Empty: the whole hold. Otherwise exactly the hold's legs (accounts and directions in
+    /// its order), each amount at most the held one, balanced per currency.
+    pub legs: Vec<Leg>,
+    /// `None`: when it is recorded.
+    pub effective_at: Option<SystemTime>,
+    /// At most 1,024 bytes.
+    pub memo: String,
+    pub metadata: Metadata,
+}
+
+impl NewCapture {
+    /// The whole of hold `hold_posting_id`, under `idempotency_key`.
+    pub fn new(idempotency_key: impl Into<String>, hold_posting_id: impl Into<String>) -> Self {
+        NewCapture {
+            idempotency_key: idempotency_key.into(),
+            hold_posting_id: hold_posting_id.into(),
+            legs: Vec::new(),
+            effective_at: None,
+            memo: String::new(),
+            metadata: Metadata::new(),
+        }
+    }
+
+    /// With one leg of a partial capture (give every leg of the hold, in its order).
+    pub fn leg(
+        mut self,
+        account: impl Into<String>,
+        direction: Direction,
+        amount: Decimal,
+    ) -> Self {
+        self.legs.push(Leg {
+            account: account.into(),
+            direction,
+            amount,
+        });
+        self
+    }
+}
+
+/// A bitemporal cut-off; both `None` means now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AsOf {
+    /// What the ledger knew at this time (not in the future).
+    pub recorded_at: Option<SystemTime>,
+    /// What had happened by this time (default: `recorded_at`).
+    pub effective_at: Option<SystemTime>,
+}
+
+impl AsOf {
+    /// Now.
+    pub fn now() -> AsOf {
+        AsOf::default()
+    }
+
+    pub(crate) fn to_pb(self) -> Option<pb::AsOf> {
+        (self.recorded_at.is_some() || self.effective_at.is_some()).then(|| pb::AsOf {
+            recorded_at: self.recorded_at.map(time_to_pb),
+            effective_at: self.effective_at.map(time_to_pb),
+        })
+    }
+}
+
+/// The cut-off an answer applied, both times filled in, and the journal's last sequence it
+/// includes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Applied {
+    pub recorded_at: SystemTime,
+    pub effective_at: SystemTime,
+    pub sequence: u64,
+}
+
+impl Applied {
+    /// The same cut-off, to ask again at exactly it.
+    pub fn as_of(&self) -> AsOf {
+        AsOf {
+            recorded_at: Some(self.recorded_at),
+            effective_at: Some(self.effective_at),
+        }
+    }
+}
+
+/// An account's balance at a cut-off.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Balance {
+    pub account: String,
+    pub currency: String,
+    pub debits: Decimal,
+    pub credits: Decimal,
+    /// debits − credits for debit-normal accounts, credits − debits for credit-normal ones.
+    pub balance: Decimal,
+    /// Debits and credits reserved by pending holds (not in `balance`).
+    pub held_debits: Decimal,
+    pub held_credits: Decimal,
+    /// The balance with every pending hold's reduction applied (what no-negative checks).
+    pub available: Decimal,
+    pub as_of: Applied,
+}
+
+impl Balance {
+    pub(crate) fn from_pb(b: pb::Balance) -> Result<Balance, Error> {
+        let at = b.as_of.unwrap_or_default();
+        Ok(Balance {
+            debits: from_wire("debits", &b.debits)?,
+            credits: from_wire("credits", &b.credits)?,
+            balance: from_wire("balance", &b.balance)?,
+            held_debits: from_wire("held_debits", &b.held_debits)?,
+            held_credits: from_wire("held_credits", &b.held_credits)?,
+            available: from_wire("available", &b.available)?,
+            as_of: Applied {
+                recorded_at: time_from_pb("as_of.recorded_at", at.recorded_at)?,
+                effective_at: time_from_pb("as_of.effective_at", at.effective_at)?,
+                sequence: b.as_of_sequence,
+            },
+            account: b.account,
+            currency: b.currency,
+        })
+    }
+}
+
+/// Totals of one currency over a set of accounts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CurrencyTotal {
+    pub currency: String,
+    pub debits: Decimal,
+    pub credits: Decimal,
+    /// Held by pending holds (not in `debits`/`credits`).
+    pub held_debits: Decimal,
+    pub held_credits: Decimal,
+}
+
+impl CurrencyTotal {
+    pub(crate) fn from_pb(t: pb::CurrencyTotal) -> Result<CurrencyTotal, Error> {
+        Ok(CurrencyTotal {
+            debits: from_wire("debits", &t.debits)?,
+            credits: from_wire("credits", &t.credits)?,
+            held_debits: from_wire("held_debits", &t.held_debits)?,
+            held_credits: from_wire("held_credits", &t.held_credits)?,
+            currency: t.currency,
+        })
+    }
+}
+
+/// A trial balance: every account with activity by the cut-off (by code prefix), and the
+/// per-currency totals over all of them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrialBalance {
+    pub balances: Vec<Balance>,
+    pub totals: Vec<CurrencyTotal>,
+}
+
+/// One line of a statement: a leg on the account, and the balance after its posting.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub posting_id: String,
+    pub sequence: u64,
+    pub recorded_at: SystemTime,
+    pub effective_at: SystemTime,
+    pub direction: Direction,
+    pub amount: Decimal,
+    pub balance_after: Decimal,
+}
+
+impl Entry {
+    pub(crate) fn from_pb(e: pb::Entry) -> Result<Entry, Error> {
+        Ok(Entry {
+            recorded_at: time_from_pb("recorded_at", e.recorded_at)?,
+            effective_at: time_from_pb("effective_at", e.effective_at)?,
+            direction: Direction::from_pb(e.direction)?,
+            amount: from_wire("amount", &e.amount)?,
+            balance_after: from_wire("balance_after", &e.balance_after)?,
+            posting_id: e.posting_id,
+            sequence: e.sequence,
+        })
+    }
+}

@@ -1,0 +1,378 @@
+//! `ledger-client` against real servers: amounts refused before any call, the retry policy
+//! across a server killed mid-call, coalescing of concurrent posts, and the documented
+//! example.
+
+use crate::faults::assert_exactly_once;
+use crate::ops::{sample, scrape};
+use crate::support::*;
+use ledger::grpc::pb;
+use ledger_client::{
+    Client, ClientOptions, Decimal, ErrorKind, NewAccount, NewPosting, NormalBalance, Reason,
+    RetryPolicy,
+};
+use std::process::{Child, Command};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn dec(s: &str) -> Decimal {
+    Decimal::from_str(s).unwrap()
+}
+
+fn new_account(code: &str, scale: u32, normal: NormalBalance, negative: bool) -> NewAccount {
+    NewAccount {
+        code: code.into(),
+        currency: "EUR".into(),
+        scale,
+        normal_balance: normal,
+        allow_negative: negative,
+        metadata: Default::default(),
+    }
+}
+
+/// `ledger serve` as its own process on `port`, on the database `url`, with `extra` flags.
+fn serve(url: &str, port: u16, extra: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_ledger"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--database-url", url])
+        .args(extra)
+        .env("LEDGER_LOG", "warn")
+        .spawn()
+        .expect("ledger serve starts")
+}
+
+#[tokio::test]
+async fn a_decimal_with_more_places_than_the_scale_is_refused_before_any_call() {
+    let mut t = TestLedger::start().await;
+    let addr = t.server.as_ref().unwrap().local_addr.to_string();
+    let client = Client::connect(ClientOptions::new(&addr).retry(RetryPolicy::never()))
+        .await
+        .unwrap();
+    for a in [
+        new_account("equity:world", 2, NormalBalance::Credit, true),
+        new_account("acct:0", 2, NormalBalance::Debit, false),
+        new_account("dust:0", 18, NormalBalance::Debit, true),
+    ] {
+        client.create_account(a).await.unwrap();
+    }
+    // The server is gone: whatever the client answers now, it answers without a call.
+    t.server.take().unwrap().shutdown().await.unwrap();
+    let sent = client.stats().attempts;
+    let post = |amount: &str, to: &str| {
+        NewPosting::new("k")
+            .debit(to, dec(amount))
+            .credit("equity:world", dec(amount))
+    };
+    let e = client.post(post("1.005", "acct:0")).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Refused(Reason::AmountScale), "{e}");
+    assert!(e.message.contains("3 decimal places"), "{e}");
+    assert!(!e.is_retry_safe());
+    let e = client
+        .post(post("1000000000000", "dust:0"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.reason(), Some(Reason::InvalidAmount), "{e}");
+    assert!(e.message.contains("MAX_AMOUNT_DIGITS"), "{e}");
+    let e = client
+        .post(NewPosting::new("").debit("acct:0", dec("1")))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Refused(Reason::IdempotencyKeyRequired));
+    let results = client
+        .post_batch(vec![post("0.001", "acct:0"), post("-1", "acct:0")])
+        .await
+        .expect("nothing to send: both refused here");
+    assert_eq!(
+        results[0].as_ref().unwrap_err().reason(),
+        Some(Reason::AmountScale)
+    );
+    assert_eq!(
+        results[1].as_ref().unwrap_err().reason(),
+        Some(Reason::InvalidAmount)
+    );
+    assert_eq!(client.stats().attempts, sent, "no call was made");
+    // A valid amount does make a call, which fails: the server really is gone.
+    let e = client.post(post("1.00", "acct:0")).await.unwrap_err();
+    assert!(e.is_retry_safe(), "{e}");
+    assert_eq!(client.stats().attempts, sent + 1);
+}
+
+/// A retry policy patient enough to outlast a server restart (about 20 s at most).
+fn patient() -> RetryPolicy {
+    RetryPolicy {
+        max_attempts: 100,
+        first_backoff: Duration::from_millis(20),
+        max_backoff: Duration::from_millis(200),
+        attempt_timeout: Duration::from_secs(5),
+    }
+}
+
+#[tokio::test]
+async fn the_retry_policy_against_a_server_killed_mid_call_and_restarted_ends_with_one_posting_per_key(
+) {
+    const TASKS: usize = 8;
+    const POSTS: usize = 150;
+    let url = pg::shared_cluster().fresh_database().await;
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut server = serve(&url, port, &[]);
+    let mut raw = client_when_up(port, Duration::from_secs(30)).await;
+    world_and_one_account(&mut raw).await;
+    // Half the tasks post one by one, half through a coalescing client (PostBatch calls).
+    let plain = Client::connect(ClientOptions::new(&addr).retry(patient()))
+        .await
+        .unwrap();
+    let coalescing = Client::connect(ClientOptions::new(&addr).retry(patient()).coalesce(16))
+        .await
+        .unwrap();
+    let answered = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for c in 0..TASKS {
+        let client = if c % 2 == 0 {
+            plain.clone()
+        } else {
+            coalescing.clone()
+        };
+        let answered = answered.clone();
+        tasks.push(tokio::spawn(async move {
+            for j in 0..POSTS {
+                let one = dec("1.00");
+                let p = NewPosting::new(format!("c{c}-{j}"))
+                    .debit("acct:0", one)
+                    .credit("equity:world", one);
+                client
+                    .post(p)
+                    .await
+                    .unwrap_or_else(|e| panic!("c{c}-{j}: {e}"));
+                answered.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    for _ in 0..3 {
+        let since = answered.load(Ordering::Relaxed);
+        let start = Instant::now();
+        while answered.load(Ordering::Relaxed) < since + 60 {
+            assert!(start.elapsed() < Duration::from_secs(60), "no progress");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        server.kill().unwrap(); // SIGKILL, with calls in flight
+        server.wait().unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        server = serve(&url, port, &[]);
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let retries = plain.stats().retries + coalescing.stats().retries;
+    assert!(retries > 0, "the kills hit calls in flight");
+    assert!(coalescing.stats().batch_calls > 0);
+    assert_exactly_once(&url, TASKS, POSTS).await;
+}
+
+/// Task `i` of the coalescing test: posts its own posting (every 20th an overdraft of acct:0,
+/// which may not go negative; the last two one posting under one key) once every task is
+/// ready, and checks that the answer is its own. Returns the shared key's answers.
+async fn one_task(
+    client: Client,
+    start: Arc<tokio::sync::Barrier>,
+    i: usize,
+) -> Option<ledger_client::Posted> {
+    let overdraft = i % 20 == 7;
+    let (key, from, to, amount) = match i {
+        _ if overdraft => (
+            format!("over-{i}"),
+            "acct:0",
+            "equity:world",
+            dec("1000000"),
+        ),
+        198 | 199 => ("twice".to_string(), "equity:world", "acct:0", dec("2.00")),
+        _ => (
+            format!("t-{i}"),
+            "equity:world",
+            "acct:0",
+            Decimal::new(i as i64 + 1, 2),
+        ),
+    };
+    let p = NewPosting::new(&key).debit(to, amount).credit(from, amount);
+    start.wait().await;
+    let answer = client.post(p).await;
+    if overdraft {
+        let e = answer.expect_err("an overdraft");
+        assert_eq!(e.reason(), Some(Reason::InsufficientFunds), "task {i}: {e}");
+        return None;
+    }
+    let posted = answer.unwrap_or_else(|e| panic!("task {i}: {e}"));
+    assert_eq!(
+        posted.posting.idempotency_key, key,
+        "task {i} got its own answer"
+    );
+    assert!(
+        posted.posting.legs.iter().all(|l| l.amount == amount),
+        "task {i}"
+    );
+    if key == "twice" {
+        return Some(posted);
+    }
+    assert!(!posted.replayed, "task {i}");
+    None
+}
+
+#[tokio::test]
+async fn coalescing_under_200_concurrent_tasks_sends_fewer_calls_than_posts_and_each_task_gets_its_own_answer(
+) {
+    const TASKS: usize = 200;
+    let url = pg::shared_cluster().fresh_database().await;
+    let (port, metrics_port) = (free_port(), free_port());
+    let metrics = format!("127.0.0.1:{metrics_port}");
+    let mut server = serve(&url, port, &["--metrics-listen", &metrics]);
+    let mut raw = client_when_up(port, Duration::from_secs(30)).await;
+    world_and_one_account(&mut raw).await;
+    let client = Client::connect(ClientOptions::new(format!("127.0.0.1:{port}")).coalesce(64))
+        .await
+        .unwrap();
+    for code in ["equity:world", "acct:0"] {
+        client.account(code).await.unwrap();
+    }
+    let metrics_addr = metrics.parse().unwrap();
+    let before = scrape(metrics_addr).await;
+    let start = Arc::new(tokio::sync::Barrier::new(TASKS));
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|i| tokio::spawn(one_task(client.clone(), start.clone(), i)))
+        .collect();
+    let mut twice = Vec::new();
+    for t in tasks {
+        if let Some(p) = t.await.unwrap() {
+            twice.push(p);
+        }
+    }
+    assert_eq!(
+        twice[0].posting, twice[1].posting,
+        "one posting for the shared key"
+    );
+    assert_eq!(twice.iter().filter(|p| p.replayed).count(), 1);
+
+    let after = scrape(metrics_addr).await;
+    let moved = |name: &str, labels: &[(&str, &str)]| {
+        sample(&after, name, labels) - sample(&before, name, labels)
+    };
+    let calls = moved("ledger_grpc_requests_total", &[("method", "PostBatch")]);
+    assert!(
+        calls >= 1.0 && calls < TASKS as f64,
+        "{calls} PostBatch calls for {TASKS} posts"
+    );
+    assert_eq!(
+        moved("ledger_grpc_requests_total", &[("method", "Post")]),
+        0.0
+    );
+    assert_eq!(moved("ledger_post_batch_requests_sum", &[]), TASKS as f64);
+    let stats = client.stats();
+    assert_eq!(stats.batch_calls as f64, calls);
+    assert_eq!(stats.batched_postings, TASKS as u64);
+    eprintln!("{TASKS} concurrent posts went in {calls} PostBatch calls");
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let db = ledger::storage::connect(&url).await.unwrap();
+    let n: i64 = db
+        .query_one("SELECT count(*) FROM postings", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        n,
+        (TASKS - TASKS / 20 - 1) as i64,
+        "every post but the overdrafts, the shared key once"
+    );
+}
+
+/// The README's example (docs/client.md), with the server's address passed in.
+async fn documented_example(server: &str) -> Result<(), ledger_client::Error> {
+    // example:begin
+    use ledger_client::{AsOf, Client, ClientOptions, Decimal, NewPosting};
+
+    let ledger = Client::connect(ClientOptions::new(server)).await?;
+    let amount = Decimal::new(1250, 2); // 12.50, at most the account's scale
+    let payment = NewPosting::new("order-1042/payment") // the same key on every retry
+        .debit("assets:bank", amount)
+        .credit("liabilities:wallet:alice", amount);
+    let posted = ledger.post(payment).await?; // retried while its outcome is unknown
+    println!(
+        "{} at sequence {}",
+        posted.posting.posting_id, posted.posting.sequence
+    );
+    let wallet = ledger
+        .balance("liabilities:wallet:alice", AsOf::now())
+        .await?;
+    println!("alice holds {} {}", wallet.balance, wallet.currency);
+    // example:end
+    assert_eq!(wallet.balance.to_string(), "12.50");
+    assert_eq!(posted.posting.sequence, 1);
+    Ok(())
+}
+
+/// Code without its layout (rustfmt folds this test's copy of the lines differently).
+fn tokens(lines: &[String]) -> String {
+    let text: String = lines.concat().split_whitespace().collect();
+    text.replace(",)", ")")
+}
+
+/// The lines of the first ```rust block of a markdown text.
+fn rust_block(md: &str) -> Vec<String> {
+    md.lines()
+        .skip_while(|l| !l.starts_with("```rust"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("```"))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn the_client_example_of_the_docs_runs_against_a_real_server() {
+    let mut t = TestLedger::start().await;
+    t.account("assets:bank", "EUR", 2, pb::NormalBalance::Debit, false)
+        .await;
+    t.account(
+        "liabilities:wallet:alice",
+        "EUR",
+        2,
+        pb::NormalBalance::Credit,
+        false,
+    )
+    .await;
+    let addr = t.server.as_ref().unwrap().local_addr.to_string();
+    documented_example(&addr).await.expect("the example runs");
+
+    // The three copies are the same lines: this test's, docs/client.md's, the crate doc's.
+    let root = env!("CARGO_MANIFEST_DIR");
+    let ours: Vec<String> = include_str!("client.rs")
+        .lines()
+        .skip_while(|l| !l.ends_with("// example:begin"))
+        .skip(1)
+        .take_while(|l| !l.ends_with("// example:end"))
+        .map(|l| {
+            l.strip_prefix("    ").unwrap_or(l).replace(
+                "ClientOptions::new(server)",
+                "ClientOptions::new(\"127.0.0.1:50051\")",
+            )
+        })
+        .collect();
+    let docs = std::fs::read_to_string(format!("{root}/docs/client.md")).unwrap();
+    assert_eq!(tokens(&rust_block(&docs)), tokens(&ours), "docs/client.md");
+    let lib = std::fs::read_to_string(format!("{root}/client/src/lib.rs")).unwrap();
+    let crate_doc: String = lib
+        .lines()
+        .filter_map(|l| l.strip_prefix("//!"))
+        .map(|l| l.strip_prefix(' ').unwrap_or(l))
+        .filter(|l| !l.starts_with("# "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let crate_doc = crate_doc.replace("```no_run", "```rust");
+    assert_eq!(
+        tokens(&rust_block(&crate_doc)),
+        tokens(&ours),
+        "client/src/lib.rs"
+    );
+    assert!(ours.len() >= 10, "{ours:?}");
+}
