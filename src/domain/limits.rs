@@ -72,6 +72,9 @@ pub const HOLD_EXPIRY_LAG_MAX: std::time::Duration = std::time::Duration::from_s
 /// Releases the expiry task asks for in one round, at most (the rest in the next rounds).
 pub const MAX_EXPIRIES_PER_ROUND: usize = 1000;
 
+// A round's releases are one writer job; the tuning keeps room for a job of MAX_BATCH_REQUESTS.
+const _: () = assert!(MAX_EXPIRIES_PER_ROUND <= MAX_BATCH_REQUESTS);
+
 // A token carrying the most totals stays under its limit: per currency its code (a length and
 // up to 16 bytes), its scale and four totals under 10^37 (18 bytes each as zigzag varints),
 // plus the cut-off and the position (a code of up to 128 bytes), in base64 (4/3).

@@ -41,8 +41,8 @@ pub struct Round {
 
 impl Ledger {
     /// Asks the writer to release every open hold expiring after `from` (none: any) whose
-    /// expiry time has passed, at most [`MAX_EXPIRIES_PER_ROUND`], all at once (so they share
-    /// a batch when nothing else is queued).
+    /// expiry time has passed, at most [`MAX_EXPIRIES_PER_ROUND`], as one writer job (decided
+    /// in one batch, whatever else is queued).
     pub async fn release_expired(
         &self,
         from: Option<OffsetDateTime>,
@@ -52,13 +52,13 @@ impl Ledger {
             .await
             .map_err(super::unavailable)?;
         drop(client);
-        let asks = due.iter().map(|&id| {
-            self.writer.submit(
-                LEDGER_CALLER.to_owned(),
-                Command::Expire(ValidExpire::of(id)),
-            )
-        });
-        let outcomes = futures_util::future::join_all(asks).await;
+        let commands = due
+            .iter()
+            .map(|&id| Command::Expire(ValidExpire::of(id)))
+            .collect();
+        // One job: queued whole and decided in one batch, or refused whole (then the round
+        // fails and the next one asks again).
+        let outcomes = self.writer.submit_all(LEDGER_CALLER, commands).await?;
         let mut round = Round {
             complete: due.len() < MAX_EXPIRIES_PER_ROUND,
             now: Some(now),
