@@ -344,7 +344,7 @@ async fn the_client_example_of_the_docs_runs_against_a_real_server() {
     let addr = t.server.as_ref().unwrap().local_addr.to_string();
     documented_example(&addr).await.expect("the example runs");
 
-    // The three copies are the same lines: this test's, docs/client.md's, the crate doc's.
+    // The copies are the same lines: this test's, docs/client.md's, the README's, the crate doc's.
     let root = env!("CARGO_MANIFEST_DIR");
     let ours: Vec<String> = include_str!("client.rs")
         .lines()
@@ -358,8 +358,10 @@ async fn the_client_example_of_the_docs_runs_against_a_real_server() {
             )
         })
         .collect();
-    let docs = std::fs::read_to_string(format!("{root}/docs/client.md")).unwrap();
-    assert_eq!(tokens(&rust_block(&docs)), tokens(&ours), "docs/client.md");
+    for doc in ["docs/client.md", "README.md"] {
+        let md = std::fs::read_to_string(format!("{root}/{doc}")).unwrap();
+        assert_eq!(tokens(&rust_block(&md)), tokens(&ours), "{doc}");
+    }
     let lib = std::fs::read_to_string(format!("{root}/client/src/lib.rs")).unwrap();
     let crate_doc: String = lib
         .lines()
@@ -375,4 +377,83 @@ async fn the_client_example_of_the_docs_runs_against_a_real_server() {
         "client/src/lib.rs"
     );
     assert!(ours.len() >= 10, "{ours:?}");
+}
+
+#[tokio::test]
+async fn a_hold_through_the_client_reserves_funds_and_a_partial_capture_posts_part_and_releases_the_rest(
+) {
+    use ledger_client::{AsOf, Direction, HoldStatus, NewCapture, PostingBy};
+    let t = TestLedger::start().await;
+    let addr = t.server.as_ref().unwrap().local_addr.to_string();
+    let client = Client::connect(ClientOptions::new(&addr)).await.unwrap();
+    for a in [
+        new_account("equity:world", 2, NormalBalance::Credit, true),
+        new_account("acct:card", 2, NormalBalance::Debit, false),
+        new_account("acct:shop", 2, NormalBalance::Debit, false),
+    ] {
+        client.create_account(a).await.unwrap();
+    }
+    let fund = NewPosting::new("fund")
+        .debit("acct:card", dec("100.00"))
+        .credit("equity:world", dec("100.00"));
+    client.post(fund).await.unwrap();
+    let expires = std::time::SystemTime::now() + Duration::from_secs(3600);
+    let auth = NewPosting::new("auth")
+        .debit("acct:shop", dec("30"))
+        .credit("acct:card", dec("30"))
+        .hold(Some(expires));
+    let hold = client.post(auth).await.unwrap().posting;
+    let open = hold.hold.clone().expect("a hold");
+    assert_eq!(open.status, HoldStatus::Pending);
+    let card = client.balance("acct:card", AsOf::now()).await.unwrap();
+    assert_eq!(
+        (card.balance, card.held_credits, card.available),
+        (dec("100.00"), dec("30.00"), dec("70.00")),
+        "a hold reserves funds and moves none"
+    );
+    let capture = NewCapture::new("settle", &hold.posting_id)
+        .leg("acct:shop", Direction::Debit, dec("12.5"))
+        .leg("acct:card", Direction::Credit, dec("12.5"));
+    let captured = client.capture(capture.clone()).await.unwrap();
+    assert_eq!(
+        captured.posting.captures_hold_posting_id.as_deref(),
+        Some(hold.posting_id.as_str())
+    );
+    assert!(client.capture(capture).await.unwrap().replayed, "a replay");
+    let card = client.balance("acct:card", AsOf::now()).await.unwrap();
+    assert_eq!(
+        (card.balance, card.held_credits, card.available),
+        (dec("87.50"), dec("0.00"), dec("87.50")),
+        "the capture posts 12.50 and releases the rest"
+    );
+    let closed = client
+        .posting(PostingBy::Id(hold.posting_id.clone()))
+        .await
+        .unwrap()
+        .hold
+        .unwrap();
+    assert_eq!(closed.status, HoldStatus::Captured);
+    assert_eq!(closed.expires_at, open.expires_at);
+    assert_eq!(
+        closed.captured_by_posting_id.as_deref(),
+        Some(captured.posting.posting_id.as_str())
+    );
+    let before = AsOf {
+        recorded_at: Some(captured.posting.recorded_at - Duration::from_micros(1)),
+        effective_at: None,
+    };
+    let then = client
+        .posting_as_of(PostingBy::Id(hold.posting_id), before)
+        .await
+        .unwrap();
+    assert_eq!(then.hold.unwrap().status, HoldStatus::Pending, "as it was");
+    let again = client
+        .capture(NewCapture::new(
+            "settle-again",
+            &captured.posting.captures_hold_posting_id.unwrap(),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(again.reason(), Some(Reason::HoldNotPending));
+    assert!(!again.is_retry_safe());
 }
