@@ -149,7 +149,7 @@ impl Error {
             .get_details_error_info()
             .filter(|i| i.domain == ERROR_DOMAIN);
         let Some(info) = info else {
-            return Error::new(ErrorKind::Transport(s.code()), s.message());
+            return Error::new(ErrorKind::Transport(s.code()), with_causes(s));
         };
         let kind = match Reason::parse(&info.reason) {
             Some(r) => ErrorKind::Ledger(r),
@@ -186,6 +186,21 @@ impl Error {
             ErrorKind::UnknownReason(_) | ErrorKind::Invalid | ErrorKind::Refused(_) => false,
         }
     }
+}
+
+/// A status's message followed by its causes (a transport error's says only "transport
+/// error"; the cause says which: refused, reset, a TLS alert), each once.
+fn with_causes(s: &tonic::Status) -> String {
+    let mut message = s.message().to_owned();
+    let mut cause = std::error::Error::source(s);
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !message.ends_with(&text) {
+            message = format!("{message}: {text}");
+        }
+        cause = c.source();
+    }
+    message
 }
 
 impl fmt::Display for Error {

@@ -103,9 +103,23 @@ impl From<ledger_client::Error> for ToolError {
 impl From<tonic::Status> for ToolError {
     fn from(s: tonic::Status) -> ToolError {
         let e = ledger_client::Error::from_status(&s);
-        ToolError(format!("{:?} {e}", s.code()))
+        use tonic::Code::{Cancelled, Unavailable, Unknown};
+        match e.kind {
+            // The connection broke before the ledger answered (its display starts with the
+            // code already).
+            ledger_client::ErrorKind::Transport(Unknown | Cancelled | Unavailable) => {
+                ToolError(format!("{e} ({NO_ANSWER_HINT})"))
+            }
+            ledger_client::ErrorKind::Transport(_) => ToolError(e.to_string()),
+            _ => ToolError(format!("{:?} {e}", s.code())),
+        }
     }
 }
+
+/// What to check when the connection broke before the ledger answered.
+const NO_ANSWER_HINT: &str = "no answer from the ledger: check that it runs at --server, that \
+    --ca-cert matches its certificate, and, if it requires mutual TLS, give --client-cert and \
+    --client-key";
 
 /// The forms [`parse_time`] accepts, for its messages.
 pub const TIME_FORMS: &str =

@@ -512,3 +512,33 @@ async fn bench_decide_reports_decisions_per_second_for_each_batch_size() {
         "{v}"
     );
 }
+
+#[tokio::test]
+async fn a_server_that_wants_a_client_certificate_says_so_when_none_is_given() {
+    let pki = Pki::new();
+    let t = TestLedger::start_with(OpsOptions {
+        auth: Some(AuthFile::parse("svc-m writer mtls").unwrap()),
+        tls: Some(TlsPem {
+            client_ca: Some(pki.ca_pem.clone().into_bytes()),
+            ..pki.server.clone()
+        }),
+        ..app_role_ops()
+    })
+    .await;
+    let dir = std::env::temp_dir().join(format!("ledger-cli-{}", uuid::Uuid::now_v7().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca = dir.join("ca.pem");
+    std::fs::write(&ca, &pki.ca_pem).unwrap();
+    let server = format!("localhost:{}", t.server.as_ref().unwrap().local_addr.port());
+    let out = ledger(
+        &["balance", "a", "--ca-cert", ca.to_str().unwrap()],
+        &server,
+    )
+    .await;
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("give --client-cert and --client-key") && !err.contains("Unknown Unknown"),
+        "what to do, and the code once: {err}"
+    );
+}
