@@ -450,7 +450,7 @@ async fn a_hold_through_the_client_reserves_funds_and_a_partial_capture_posts_pa
     let again = client
         .capture(NewCapture::new(
             "settle-again",
-            &captured.posting.captures_hold_posting_id.unwrap(),
+            captured.posting.captures_hold_posting_id.unwrap(),
         ))
         .await
         .unwrap_err();
