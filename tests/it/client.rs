@@ -457,3 +457,13 @@ async fn a_hold_through_the_client_reserves_funds_and_a_partial_capture_posts_pa
     assert_eq!(again.reason(), Some(Reason::HoldNotPending));
     assert!(!again.is_retry_safe());
 }
+
+#[test]
+fn the_client_knows_every_reason_the_ledger_can_answer_and_no_other() {
+    let ledger: Vec<&str> = ledger::domain::error::ALL_REASONS
+        .iter()
+        .map(|r| r.as_str())
+        .collect();
+    let client: Vec<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
+    assert_eq!(client, ledger);
+}
