@@ -9,14 +9,18 @@
 //! sending its next call when the last one was answered) or, with `--rate`, open loop
 //! (postings offered at a fixed rate, in calls of the batch's size; latency counts from the
 //! intended send time, so a stalled server is not hidden by callers that stopped sending).
+//! With `--holds F` a fraction F of the new postings are holds (the same legs); the caller
+//! that sent one closes it as soon as it is answered, capturing every other hold whole and
+//! releasing (voiding) the rest, so no hold it opened is left pending when it exits (unless
+//! its close failed, which is counted). Holds, captures and releases each count as a posting.
 //! It prints progress every second to stderr and, as the last line on stdout, one JSON object
 //! with the results. The client's own retries are off: every error is counted.
 
 use crate::BoxError;
 use hdrhistogram::Histogram;
 use ledger_client::{
-    Client, ClientOptions, Decimal, Error, NewAccount, NewPosting, NormalBalance, Posted, Reason,
-    RetryPolicy,
+    Client, ClientOptions, Decimal, Error, NewAccount, NewCapture, NewPosting, NewVoid,
+    NormalBalance, Posted, Reason, RetryPolicy,
 };
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -65,6 +69,15 @@ pub struct BenchArgs {
     /// Fraction of postings that re-send an earlier posting with its key (counted as replays).
     #[arg(long, default_value_t = 0.0)]
     pub duplicates: f64,
+    /// Fraction (0..=1) of the new postings sent as holds (the same legs, no expiry). The caller
+    /// that sent a hold closes it once it is answered: every other one is captured whole
+    /// (Capture, key `<hold's key>:capture`), the rest released (Void, key `<hold's
+    /// key>:release`). Holds, captures and releases each count as one posting in `postings`
+    /// and `postings_per_sec`. With --batch holds travel in the PostBatch calls and their
+    /// captures and releases are Capture and Void calls of their own; with --rate the rate
+    /// paces new postings and holds, and closes follow their hold's answer, unpaced.
+    #[arg(long, value_name = "F", default_value_t = 0.0)]
+    pub holds: f64,
     /// Legs per posting (at least 2; with --hot-account one of them is the hot account).
     #[arg(long, default_value_t = 2)]
     pub legs: usize,
@@ -103,6 +116,12 @@ impl BenchArgs {
             return Err(format!(
                 "--duplicates must be within 0..=1, got {}",
                 self.duplicates
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.holds) {
+            return Err(format!(
+                "--holds must be a fraction within 0..=1 (of the postings sent as holds), got {}",
+                self.holds
             ));
         }
         if self.concurrency == 0 {
@@ -156,11 +175,23 @@ pub async fn run(args: BenchArgs) -> Result<(), BoxError> {
 /// Counters shared by the callers.
 #[derive(Default)]
 struct Stats {
+    /// New postings recorded: ordinary ones, holds, captures and releases.
     postings: AtomicU64,
     replays: AtomicU64,
     rejected: AtomicU64,
     errors: AtomicU64,
     first_error: Mutex<Option<String>>,
+    /// Holds recorded (new), and hold posts that failed (errors; refusals for funds are
+    /// `rejected`).
+    holds: AtomicU64,
+    hold_failures: AtomicU64,
+    /// Holds closed by a capture or a release, and closes that failed (errors).
+    captures: AtomicU64,
+    capture_failures: AtomicU64,
+    releases: AtomicU64,
+    release_failures: AtomicU64,
+    /// Closes begun: even ones capture, odd ones release.
+    closes: AtomicU64,
 }
 
 impl Stats {
@@ -172,8 +203,20 @@ impl Stats {
         }
     }
 
-    /// Counts one posting's answer; returns whether it is worth re-sending later.
-    fn record(&self, duplicate: bool, answer: &Result<Posted, Error>) -> bool {
+    /// Counts one posting's answer (`hold`: it was sent as a hold); returns whether it is
+    /// worth re-sending later (a new posting recorded).
+    fn record(&self, duplicate: bool, hold: bool, answer: &Result<Posted, Error>) -> bool {
+        if hold && !duplicate {
+            let counter = match answer {
+                Ok(posted) if !posted.replayed => Some(&self.holds),
+                // Refused for funds: `rejected`, below, like any posting.
+                Err(e) if e.reason() == Some(Reason::InsufficientFunds) => None,
+                _ => Some(&self.hold_failures),
+            };
+            if let Some(c) = counter {
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         match answer {
             Ok(posted) => match (duplicate, posted.replayed) {
                 (false, false) => {
@@ -203,6 +246,27 @@ impl Stats {
                 false
             }
         }
+    }
+
+    /// Counts the answer to a hold's capture (`capture`) or release: a new posting, or a
+    /// failure (an error).
+    fn record_close(&self, capture: bool, answer: &Result<Posted, Error>) {
+        let (what, done, failed) = if capture {
+            ("capture", &self.captures, &self.capture_failures)
+        } else {
+            ("release", &self.releases, &self.release_failures)
+        };
+        let failure = match answer {
+            Ok(posted) if !posted.replayed => {
+                self.postings.fetch_add(1, Ordering::Relaxed);
+                done.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            Ok(_) => format!("a new {what} key was answered as a replay"),
+            Err(e) => format!("{what} of a hold: {e}"),
+        };
+        failed.fetch_add(1, Ordering::Relaxed);
+        self.error(failure);
     }
 }
 
@@ -238,6 +302,8 @@ struct Plan {
     hot: Option<String>,
     legs: usize,
     duplicates: f64,
+    /// Fraction of new postings sent as holds.
+    holds: f64,
     run_id: String,
     per_call: usize,
 }
@@ -266,7 +332,8 @@ impl Plan {
         posting.credit(&self.accounts[payer], eur(total))
     }
 
-    /// The next call's postings: each a re-send of a recent one (a duplicate) or a new one.
+    /// The next call's postings: each a re-send of a recent one (a duplicate) or a new one
+    /// (a hold by chance `holds`).
     fn call(
         &self,
         rng: &mut Rng,
@@ -281,7 +348,9 @@ impl Plan {
                 }
                 *n += 1;
                 let key = format!("{}-{worker}-{n}", self.run_id);
-                (self.posting(rng, key), false)
+                let hold = rng.chance(self.holds);
+                let posting = self.posting(rng, key);
+                (if hold { posting.hold(None) } else { posting }, false)
             })
             .collect()
     }
@@ -370,6 +439,7 @@ async fn setup(args: &BenchArgs, clients: &[Client]) -> Result<(Plan, u64), BoxE
         hot,
         legs: args.legs,
         duplicates: args.duplicates,
+        holds: args.holds,
         run_id,
         per_call: args.per_call(),
     };
@@ -385,9 +455,18 @@ struct Shared {
     batch: bool,
 }
 
+/// What an answered call leaves to do.
+#[derive(Default)]
+struct Answered {
+    /// Its new postings, worth re-sending later as duplicates.
+    kept: Vec<NewPosting>,
+    /// The holds it recorded, to close: each one's key and posting id.
+    holds: Vec<(String, String)>,
+}
+
 impl Shared {
-    /// Sends one call's postings and counts their answers; returns those worth re-sending.
-    async fn send(&self, client: &Client, call: Vec<(NewPosting, bool)>) -> Vec<NewPosting> {
+    /// Sends one call's postings and counts their answers.
+    async fn send(&self, client: &Client, call: Vec<(NewPosting, bool)>) -> Answered {
         let answers: Vec<Result<Posted, Error>> = if self.batch {
             let postings = call.iter().map(|(p, _)| p.clone()).collect();
             match client.post_batch(postings).await {
@@ -398,11 +477,51 @@ impl Shared {
             let (posting, _) = call.first().expect("one posting per call").clone();
             vec![client.post(posting).await]
         };
-        call.into_iter()
-            .zip(&answers)
-            .filter(|((_, dup), answer)| self.stats.record(*dup, answer))
-            .map(|((p, _), _)| p)
-            .collect()
+        let mut answered = Answered::default();
+        for ((posting, dup), answer) in call.into_iter().zip(&answers) {
+            if !self.stats.record(dup, posting.hold.is_some(), answer) {
+                continue;
+            }
+            if let (Some(_), Ok(posted)) = (posting.hold, answer) {
+                let key = posting.idempotency_key.clone();
+                answered
+                    .holds
+                    .push((key, posted.posting.posting_id.clone()));
+            }
+            answered.kept.push(posting);
+        }
+        answered
+    }
+
+    /// Closes holds, concurrently: every other close (over the whole run) captures its hold
+    /// whole, the rest release theirs, each under a key derived from the hold's. Returns each
+    /// call's latency in µs.
+    async fn close_holds(&self, client: &Client, holds: Vec<(String, String)>) -> Vec<u64> {
+        let closes = holds.into_iter().map(|(key, hold)| async move {
+            let capture = self
+                .stats
+                .closes
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(2);
+            let t0 = Instant::now();
+            let answer = if capture {
+                client
+                    .capture(NewCapture::new(format!("{key}:capture"), hold))
+                    .await
+            } else {
+                let release = NewVoid {
+                    idempotency_key: format!("{key}:release"),
+                    posting_id: hold,
+                    reason: "bench release".into(),
+                    effective_at: None,
+                };
+                client.void(release).await
+            };
+            let micros = t0.elapsed().as_micros().max(1) as u64;
+            self.stats.record_close(capture, &answer);
+            micros
+        });
+        futures_util::future::join_all(closes).await
     }
 }
 
@@ -436,9 +555,12 @@ async fn closed_loop(shared: &Arc<Shared>, clients: &[Client], callers: usize, u
             while Instant::now() < until {
                 let call = shared.plan.call(&mut rng, &recent, w, &mut n);
                 let t0 = Instant::now();
-                let kept = shared.send(&client, call).await;
+                let answered = shared.send(&client, call).await;
                 local.saturating_record(t0.elapsed().as_micros().max(1) as u64);
-                remember(&mut recent, kept, &mut rng);
+                for micros in shared.close_holds(&client, answered.holds).await {
+                    local.saturating_record(micros);
+                }
+                remember(&mut recent, answered.kept, &mut rng);
             }
             shared.hist.lock().unwrap().add(&local).unwrap();
         }));
@@ -500,11 +622,19 @@ async fn open_loop(
         let (shared, recent) = (shared.clone(), recent.clone());
         let seed = rng.next();
         tasks.spawn(async move {
-            let kept = shared.send(&client, call).await;
+            let answered = shared.send(&client, call).await;
             let micros = due.elapsed().as_micros().max(1) as u64;
+            let closes = shared.close_holds(&client, answered.holds).await;
             drop(permit);
-            shared.hist.lock().unwrap().saturating_record(micros);
-            remember(&mut recent.lock().unwrap(), kept, &mut Rng::new(seed));
+            let mut hist = shared.hist.lock().unwrap();
+            hist.saturating_record(micros);
+            closes.into_iter().for_each(|m| hist.saturating_record(m));
+            drop(hist);
+            remember(
+                &mut recent.lock().unwrap(),
+                answered.kept,
+                &mut Rng::new(seed),
+            );
         });
         while tasks.try_join_next().is_some() {}
     }
@@ -527,8 +657,18 @@ fn progress(
             tick.tick().await;
             let s = &shared.stats;
             let now = s.postings.load(Ordering::Relaxed);
+            let holds = if shared.plan.holds > 0.0 {
+                format!(
+                    "  holds {} captured {} released {}",
+                    s.holds.load(Ordering::Relaxed),
+                    s.captures.load(Ordering::Relaxed),
+                    s.releases.load(Ordering::Relaxed),
+                )
+            } else {
+                String::new()
+            };
             eprintln!(
-                "bench: {:>5.1} s  {:>7} postings/s  total {}  replays {}  rejected {}  errors {}",
+                "bench: {:>5.1} s  {:>7} postings/s  total {}  replays {}  rejected {}  errors {}{holds}",
                 started.elapsed().as_secs_f64(),
                 now - last,
                 now,
@@ -570,7 +710,10 @@ async fn post_scenario(
     Ok(summary(args, &shared, seconds, setup_postings, batch_calls))
 }
 
-/// The run's JSON summary.
+/// The run's JSON summary. `postings` counts every new posting recorded (ordinary ones,
+/// holds, captures and releases alike; not replays, not the setup's) and `postings_per_sec` is
+/// it over `seconds`; `requests` counts calls answered (Post, PostBatch, Capture, Void), which
+/// the latencies are of. The holds' own fields: [`hold_fields`].
 fn summary(
     args: &BenchArgs,
     shared: &Shared,
@@ -591,7 +734,7 @@ fn summary(
     if let Some(e) = s.first_error.lock().unwrap().as_ref() {
         eprintln!("bench: first error: {e}");
     }
-    serde_json::json!({
+    let mut summary = serde_json::json!({
         "postings": postings,
         "seconds": (seconds * 1000.0).round() / 1000.0,
         "postings_per_sec": (postings as f64 / seconds).round(),
@@ -613,5 +756,37 @@ fn summary(
         "legs": args.legs,
         "duplicates": args.duplicates,
         "run": shared.plan.run_id,
-    })
+    });
+    if let Some(fields) = summary.as_object_mut() {
+        fields.extend(hold_fields(args, s));
+    }
+    summary
+}
+
+/// The summary's fields about holds: `holds_fraction` (--holds); `holds` recorded,
+/// `captures` and `releases` of them (each also counted in `postings`); `hold_failures`,
+/// `capture_failures`, `release_failures` (each also counted in `errors`; a hold refused for
+/// funds is `rejected`); `holds_left_open`: holds recorded but neither captured nor released
+/// because their close failed. Every hold is closed before the summary is printed, so none is
+/// in flight then (a hold post that failed with an unknown outcome, such as a timeout, may
+/// have been recorded all the same: it is a `hold_failures` and stays pending).
+fn hold_fields(args: &BenchArgs, s: &Stats) -> serde_json::Map<String, serde_json::Value> {
+    let n = |c: &AtomicU64| serde_json::Value::from(c.load(Ordering::Relaxed));
+    let left_open = s
+        .holds
+        .load(Ordering::Relaxed)
+        .saturating_sub(s.captures.load(Ordering::Relaxed) + s.releases.load(Ordering::Relaxed));
+    [
+        ("holds_fraction", args.holds.into()),
+        ("holds", n(&s.holds)),
+        ("captures", n(&s.captures)),
+        ("releases", n(&s.releases)),
+        ("hold_failures", n(&s.hold_failures)),
+        ("capture_failures", n(&s.capture_failures)),
+        ("release_failures", n(&s.release_failures)),
+        ("holds_left_open", left_open.into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
 }

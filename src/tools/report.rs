@@ -1,9 +1,12 @@
 //! `ledger report`: client commands for people and spreadsheets. They call a running server
 //! through `ledger-client`'s typed API (every page at one cut-off, amounts as decimals at the
-//! account's scale) and print an aligned table (with totals) or CSV with a header.
+//! account's scale) and print an aligned table (with totals) or CSV with a header. Every
+//! balance is followed by what pending holds hold on it (held debits, held credits) and the
+//! amount they leave available; the trial balance's totals add up the held amounts too.
 
 use ledger_client::{
-    AsOf, Balance, Client, ClientOptions, Direction, Entry, RetryPolicy, TrialBalance,
+    AsOf, Balance, Client, ClientOptions, CurrencyTotal, Direction, Entry, RetryPolicy,
+    TrialBalance,
 };
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -19,8 +22,9 @@ pub struct ReportArgs {
 
 #[derive(clap::Subcommand, Debug, Clone)]
 pub enum Report {
-    /// Balances of every account with activity (optionally by code prefix) and per-currency
-    /// totals of debits and credits, at one cut-off.
+    /// Balances of every account with activity (optionally by code prefix), with their held
+    /// and available amounts, and per-currency totals of debits, credits and held amounts, at
+    /// one cut-off.
     TrialBalance {
         #[command(flatten)]
         common: Common,
@@ -28,7 +32,8 @@ pub enum Report {
         #[arg(long, default_value = "")]
         prefix: String,
     },
-    /// An account's entries in journal order with the running balance, at one cut-off.
+    /// An account's entries in journal order with the running balance, and its totals, held
+    /// amounts and available amount, at one cut-off.
     Statement {
         /// The account code.
         account: String,
@@ -123,17 +128,68 @@ pub async fn trial_balance(common: &Common, prefix: &str) -> Result<String, Repo
     })
 }
 
+/// A balance's held debits, held credits and available amount: the columns that follow its
+/// balance in every report (holds change no balance until captured).
+fn held_cells(b: &Balance) -> [String; 3] {
+    [
+        b.held_debits.to_string(),
+        b.held_credits.to_string(),
+        b.available.to_string(),
+    ]
+}
+
+/// A trial balance's line of one account: code, currency, debits, credits, balance, held
+/// debits, held credits, available.
+fn balance_cells(b: &Balance) -> [String; 8] {
+    let [hd, hc, av] = held_cells(b);
+    [
+        b.account.clone(),
+        b.currency.clone(),
+        b.debits.to_string(),
+        b.credits.to_string(),
+        b.balance.to_string(),
+        hd,
+        hc,
+        av,
+    ]
+}
+
+/// A currency's TOTAL line: `mark` where the balance goes, nothing under available.
+fn total_cells(t: &CurrencyTotal, mark: &str) -> [String; 8] {
+    [
+        "TOTAL".into(),
+        t.currency.clone(),
+        t.debits.to_string(),
+        t.credits.to_string(),
+        mark.into(),
+        t.held_debits.to_string(),
+        t.held_credits.to_string(),
+        String::new(),
+    ]
+}
+
+/// Only a whole ledger must balance (a prefix selects part of it): its debits equal its
+/// credits, and so do its held debits and credits (every hold balances per currency).
+fn balance_mark(t: &CurrencyTotal, whole_ledger: bool) -> &'static str {
+    match (
+        whole_ledger,
+        t.debits == t.credits && t.held_debits == t.held_credits,
+    ) {
+        (false, _) => "",
+        (true, true) => "balanced",
+        (true, false) => "NOT BALANCED",
+    }
+}
+
 fn trial_balance_csv(trial: &TrialBalance) -> String {
-    let mut out = String::from("account,currency,debits,credits,balance\n");
+    let mut out = String::from(
+        "account,currency,debits,credits,balance,held_debits,held_credits,available\n",
+    );
     for b in &trial.balances {
-        let _ = writeln!(
-            out,
-            "{},{},{},{},{}",
-            b.account, b.currency, b.debits, b.credits, b.balance
-        );
+        let _ = writeln!(out, "{}", balance_cells(b).join(","));
     }
     for t in &trial.totals {
-        let _ = writeln!(out, "TOTAL,{},{},{},", t.currency, t.debits, t.credits);
+        let _ = writeln!(out, "{}", total_cells(t, "").join(","));
     }
     out
 }
@@ -153,39 +209,27 @@ fn trial_balance_table(trial: &TrialBalance, prefix: &str) -> String {
         show_ts(a.effective_at),
         a.sequence,
     );
-    let mut rows: Vec<[String; 5]> = vec![[
-        "ACCOUNT".into(),
-        "CURRENCY".into(),
-        "DEBITS".into(),
-        "CREDITS".into(),
-        "BALANCE".into(),
-    ]];
-    rows.extend(trial.balances.iter().map(|b| {
-        [
-            b.account.clone(),
-            b.currency.clone(),
-            b.debits.to_string(),
-            b.credits.to_string(),
-            b.balance.to_string(),
-        ]
-    }));
+    let mut rows: Vec<[String; 8]> = vec![[
+        "ACCOUNT",
+        "CURRENCY",
+        "DEBITS",
+        "CREDITS",
+        "BALANCE",
+        "HELD_DEBITS",
+        "HELD_CREDITS",
+        "AVAILABLE",
+    ]
+    .map(String::from)];
+    rows.extend(trial.balances.iter().map(balance_cells));
     let body = rows.len();
-    for t in &trial.totals {
-        // Only a whole ledger must balance; a prefix selects part of it.
-        let mark = match (prefix.is_empty(), t.debits == t.credits) {
-            (false, _) => "",
-            (true, true) => "balanced",
-            (true, false) => "NOT BALANCED",
-        };
-        rows.push([
-            "TOTAL".into(),
-            t.currency.clone(),
-            t.debits.to_string(),
-            t.credits.to_string(),
-            mark.into(),
-        ]);
-    }
-    out.push_str(&table(&rows, &[false, false, true, true, true], Some(body)));
+    rows.extend(
+        trial
+            .totals
+            .iter()
+            .map(|t| total_cells(t, balance_mark(t, prefix.is_empty()))),
+    );
+    let right = [false, false, true, true, true, true, true, true];
+    out.push_str(&table(&rows, &right, Some(body)));
     out
 }
 
@@ -209,7 +253,7 @@ pub async fn statement(common: &Common, account: &str) -> Result<String, ReportE
         )));
     }
     Ok(match common.format {
-        Format::Csv => statement_csv(&entries),
+        Format::Csv => statement_csv(&balance, &entries),
         Format::Table => statement_table(account, &balance, &entries),
     })
 }
@@ -222,21 +266,55 @@ fn sides(e: &Entry) -> (String, String) {
     }
 }
 
-fn statement_csv(entries: &[Entry]) -> String {
-    let mut out =
-        String::from("sequence,posting_id,recorded_at,effective_at,debit,credit,balance_after\n");
+/// A statement's line of one entry: sequence, times, posting, debit or credit, the balance
+/// after it, and nothing under the held columns (holds are not entries).
+fn entry_cells(e: &Entry) -> [String; 10] {
+    let (d, c) = sides(e);
+    [
+        e.sequence.to_string(),
+        show_ts(e.recorded_at),
+        show_ts(e.effective_at),
+        e.posting_id.clone(),
+        d,
+        c,
+        e.balance_after.to_string(),
+        String::new(),
+        String::new(),
+        String::new(),
+    ]
+}
+
+/// A statement's TOTAL line: the account's debits, credits and closing balance, and what
+/// its pending holds hold and leave available, at the statement's cut-off.
+fn statement_total_cells(balance: &Balance, entries: &str) -> [String; 10] {
+    let [hd, hc, av] = held_cells(balance);
+    [
+        "TOTAL".into(),
+        String::new(),
+        String::new(),
+        entries.into(),
+        balance.debits.to_string(),
+        balance.credits.to_string(),
+        balance.balance.to_string(),
+        hd,
+        hc,
+        av,
+    ]
+}
+
+fn statement_csv(balance: &Balance, entries: &[Entry]) -> String {
+    let mut out = String::from(
+        "sequence,posting_id,recorded_at,effective_at,debit,credit,balance_after,held_debits,held_credits,available\n",
+    );
+    let csv_order = |mut cells: [String; 10]| {
+        // The table shows the times before the posting; the CSV, as it always has, after.
+        cells[1..4].rotate_right(1);
+        cells.join(",")
+    };
     for e in entries {
-        let (d, c) = sides(e);
-        let _ = writeln!(
-            out,
-            "{},{},{},{},{d},{c},{}",
-            e.sequence,
-            e.posting_id,
-            show_ts(e.recorded_at),
-            show_ts(e.effective_at),
-            e.balance_after
-        );
+        let _ = writeln!(out, "{}", csv_order(entry_cells(e)));
     }
+    let _ = writeln!(out, "{}", csv_order(statement_total_cells(balance, "")));
     out
 }
 
@@ -249,41 +327,29 @@ fn statement_table(account: &str, balance: &Balance, entries: &[Entry]) -> Strin
         show_ts(applied.effective_at),
         applied.sequence,
     );
-    let mut rows: Vec<[String; 7]> = vec![[
-        "SEQUENCE".into(),
-        "RECORDED_AT".into(),
-        "EFFECTIVE_AT".into(),
-        "POSTING_ID".into(),
-        "DEBIT".into(),
-        "CREDIT".into(),
-        "BALANCE".into(),
-    ]];
-    rows.extend(entries.iter().map(|e| {
-        let (d, c) = sides(e);
-        [
-            e.sequence.to_string(),
-            show_ts(e.recorded_at),
-            show_ts(e.effective_at),
-            e.posting_id.clone(),
-            d,
-            c,
-            e.balance_after.to_string(),
-        ]
-    }));
+    let mut rows: Vec<[String; 10]> = vec![[
+        "SEQUENCE",
+        "RECORDED_AT",
+        "EFFECTIVE_AT",
+        "POSTING_ID",
+        "DEBIT",
+        "CREDIT",
+        "BALANCE",
+        "HELD_DEBITS",
+        "HELD_CREDITS",
+        "AVAILABLE",
+    ]
+    .map(String::from)];
+    rows.extend(entries.iter().map(entry_cells));
     let body = rows.len();
-    rows.push([
-        "TOTAL".into(),
-        String::new(),
-        String::new(),
-        match entries.len() {
-            1 => "1 entry".to_string(),
-            n => format!("{n} entries"),
-        },
-        balance.debits.to_string(),
-        balance.credits.to_string(),
-        balance.balance.to_string(),
-    ]);
-    let right = [true, false, false, false, true, true, true];
+    let count = match entries.len() {
+        1 => "1 entry".to_string(),
+        n => format!("{n} entries"),
+    };
+    rows.push(statement_total_cells(balance, &count));
+    let right = [
+        true, false, false, false, true, true, true, true, true, true,
+    ];
     out.push_str(&table(&rows, &right, Some(body)));
     out
 }
@@ -354,5 +420,203 @@ mod tests {
                 "TOTAL   101.00",
             ]
         );
+    }
+
+    use ledger_client::{Applied, Decimal};
+    use std::time::{Duration, SystemTime};
+
+    /// 2027-01-15T08:00:00Z plus `secs`.
+    fn at(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs)
+    }
+
+    fn eur(minor: i64) -> Decimal {
+        Decimal::new(minor, 2)
+    }
+
+    fn cut() -> Applied {
+        Applied {
+            recorded_at: at(60),
+            effective_at: at(60),
+            sequence: 4,
+        }
+    }
+
+    /// A balance of EUR minor units: debits, credits, balance, held debits, held credits,
+    /// available.
+    fn bal(account: &str, [d, c, b, hd, hc, av]: [i64; 6]) -> Balance {
+        Balance {
+            account: account.into(),
+            currency: "EUR".into(),
+            debits: eur(d),
+            credits: eur(c),
+            balance: eur(b),
+            held_debits: eur(hd),
+            held_credits: eur(hc),
+            available: eur(av),
+            as_of: cut(),
+        }
+    }
+
+    fn total([d, c, hd, hc]: [i64; 4]) -> CurrencyTotal {
+        CurrencyTotal {
+            currency: "EUR".into(),
+            debits: eur(d),
+            credits: eur(c),
+            held_debits: eur(hd),
+            held_credits: eur(hc),
+        }
+    }
+
+    /// a:0 paid 30.25 of the 100.00 it got from w, and a pending hold of 10.00 from a:0 to w.
+    fn with_hold() -> TrialBalance {
+        TrialBalance {
+            balances: vec![
+                bal("a:0", [10000, 3025, 6975, 0, 1000, 5975]),
+                bal("a:1", [3025, 0, 3025, 0, 0, 3025]),
+                bal("w", [0, 10000, 10000, 1000, 0, 9000]),
+            ],
+            totals: vec![total([13025, 13025, 1000, 1000])],
+        }
+    }
+
+    fn entry(sequence: u64, direction: Direction, amount: i64, after: i64) -> Entry {
+        Entry {
+            posting_id: format!("p{sequence}"),
+            sequence,
+            recorded_at: at(sequence),
+            effective_at: at(sequence),
+            direction,
+            amount: eur(amount),
+            balance_after: eur(after),
+        }
+    }
+
+    const HEAD: &str = "as recorded at 2027-01-15T08:01:00Z, effective at 2027-01-15T08:01:00Z (journal sequence 4)";
+
+    /// A case: its name, what was rendered, what should have been.
+    type Case = (&'static str, String, String);
+
+    fn trial_balance_cases() -> Vec<Case> {
+        let mut unbalanced = with_hold();
+        unbalanced.totals[0].held_credits = eur(900);
+        vec![
+            (
+                "trial balance, csv",
+                trial_balance_csv(&with_hold()),
+                "account,currency,debits,credits,balance,held_debits,held_credits,available
+a:0,EUR,100.00,30.25,69.75,0.00,10.00,59.75
+a:1,EUR,30.25,0.00,30.25,0.00,0.00,30.25
+w,EUR,0.00,100.00,100.00,10.00,0.00,90.00
+TOTAL,EUR,130.25,130.25,,10.00,10.00,
+"
+                .into(),
+            ),
+            (
+                "trial balance, table, whole ledger",
+                trial_balance_table(&with_hold(), ""),
+                format!(
+                    "Trial balance {HEAD}
+
+ACCOUNT  CURRENCY  DEBITS  CREDITS   BALANCE  HELD_DEBITS  HELD_CREDITS  AVAILABLE
+-------  --------  ------  -------  --------  -----------  ------------  ---------
+a:0      EUR       100.00    30.25     69.75         0.00         10.00      59.75
+a:1      EUR        30.25     0.00     30.25         0.00          0.00      30.25
+w        EUR         0.00   100.00    100.00        10.00          0.00      90.00
+-------  --------  ------  -------  --------  -----------  ------------  ---------
+TOTAL    EUR       130.25   130.25  balanced        10.00         10.00
+"
+                ),
+            ),
+            (
+                "trial balance, table, held amounts that do not balance",
+                trial_balance_table(&unbalanced, ""),
+                format!(
+                    "Trial balance {HEAD}
+
+ACCOUNT  CURRENCY  DEBITS  CREDITS       BALANCE  HELD_DEBITS  HELD_CREDITS  AVAILABLE
+-------  --------  ------  -------  ------------  -----------  ------------  ---------
+a:0      EUR       100.00    30.25         69.75         0.00         10.00      59.75
+a:1      EUR        30.25     0.00         30.25         0.00          0.00      30.25
+w        EUR         0.00   100.00        100.00        10.00          0.00      90.00
+-------  --------  ------  -------  ------------  -----------  ------------  ---------
+TOTAL    EUR       130.25   130.25  NOT BALANCED        10.00          9.00
+"
+                ),
+            ),
+        ]
+    }
+
+    fn prefix_and_statement_cases() -> Vec<Case> {
+        let statement = [
+            entry(1, Direction::Debit, 10000, 10000),
+            entry(3, Direction::Credit, 3025, 6975),
+        ];
+        let a0 = bal("a:0", [10000, 3025, 6975, 0, 1000, 5975]);
+        vec![
+            (
+                "trial balance, table, a prefix (no mark)",
+                trial_balance_table(
+                    &TrialBalance {
+                        balances: vec![bal("w", [0, 10000, 10000, 1000, 0, 9000])],
+                        totals: vec![total([0, 10000, 1000, 0])],
+                    },
+                    "w",
+                ),
+                format!(
+                    "Trial balance of w* {HEAD}
+
+ACCOUNT  CURRENCY  DEBITS  CREDITS  BALANCE  HELD_DEBITS  HELD_CREDITS  AVAILABLE
+-------  --------  ------  -------  -------  -----------  ------------  ---------
+w        EUR         0.00   100.00   100.00        10.00          0.00      90.00
+-------  --------  ------  -------  -------  -----------  ------------  ---------
+TOTAL    EUR         0.00   100.00                 10.00          0.00
+"
+                ),
+            ),
+            (
+                "statement, csv",
+                statement_csv(&a0, &statement),
+                "sequence,posting_id,recorded_at,effective_at,debit,credit,balance_after,held_debits,held_credits,available
+1,p1,2027-01-15T08:00:01Z,2027-01-15T08:00:01Z,100.00,,100.00,,,
+3,p3,2027-01-15T08:00:03Z,2027-01-15T08:00:03Z,,30.25,69.75,,,
+TOTAL,,,,100.00,30.25,69.75,0.00,10.00,59.75
+"
+                .into(),
+            ),
+            (
+                "statement, table",
+                statement_table("a:0", &a0, &statement),
+                format!(
+                    "Statement of a:0 (EUR) {HEAD}
+
+SEQUENCE  RECORDED_AT           EFFECTIVE_AT          POSTING_ID   DEBIT  CREDIT  BALANCE  HELD_DEBITS  HELD_CREDITS  AVAILABLE
+--------  --------------------  --------------------  ----------  ------  ------  -------  -----------  ------------  ---------
+       1  2027-01-15T08:00:01Z  2027-01-15T08:00:01Z  p1          100.00           100.00
+       3  2027-01-15T08:00:03Z  2027-01-15T08:00:03Z  p3                   30.25    69.75
+--------  --------------------  --------------------  ----------  ------  ------  -------  -----------  ------------  ---------
+   TOTAL                                              2 entries   100.00   30.25    69.75         0.00         10.00      59.75
+"
+                ),
+            ),
+            (
+                "statement, csv, no entries yet",
+                statement_csv(&bal("a:1", [0, 0, 0, 500, 0, 0]), &[]),
+                "sequence,posting_id,recorded_at,effective_at,debit,credit,balance_after,held_debits,held_credits,available
+TOTAL,,,,0.00,0.00,0.00,5.00,0.00,0.00
+"
+                .into(),
+            ),
+        ]
+    }
+
+    #[test]
+    fn reports_render_held_and_available_amounts_in_every_format() {
+        for (name, got, want) in trial_balance_cases()
+            .into_iter()
+            .chain(prefix_and_statement_cases())
+        {
+            assert_eq!(got, want, "{name}:\n{got}");
+        }
     }
 }

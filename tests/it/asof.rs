@@ -1108,6 +1108,11 @@ fn rfc3339(t: OffsetDateTime) -> String {
         .unwrap()
 }
 
+/// A balance's held debits, held credits and available amount as the reports print them.
+fn held(b: &pb::Balance) -> String {
+    format!("{},{},{}", b.held_debits, b.held_credits, b.available)
+}
+
 #[tokio::test]
 async fn report_commands_print_trial_balance_and_statement_as_table_and_csv() {
     let mut t = TestLedger::start().await;
@@ -1122,40 +1127,73 @@ async fn report_commands_print_trial_balance_and_statement_as_table_and_csv() {
     )
     .await;
     posted(&mut t, transfer("r3", "a:0", "a:1", "30.25")).await;
+    // A pending hold of 10.00 from a:0 to a:1: held, not in the balances.
+    let hold = pb::PostRequest {
+        hold: true,
+        ..transfer("r4", "a:0", "a:1", "10.00")
+    };
+    posted(&mut t, hold).await;
     let server = format!("http://{}", t.server.as_ref().unwrap().local_addr);
 
-    // Trial balance as CSV: the header, one line per account as ListBalances says, totals.
+    report_trial_balance_csv_is_list_balances(&mut t, &server).await;
+    report_trial_balance_table_aligns_with_held_columns(&mut t, &server).await;
+    report_statement_csv_at_an_effective_cut_off(&server, &back, r1).await;
+    report_statement_tables_close_at_the_balance(&mut t, &server, r1).await;
+    report_errors_name_their_reason(&server).await;
+}
+
+/// Trial balance as CSV: the header, one line per account as ListBalances says (the hold's
+/// held amounts and what it leaves available included), totals with the held totals.
+async fn report_trial_balance_csv_is_list_balances(t: &mut TestLedger, server: &str) {
     let (ok, csv, err) = ledger_cli(&[
         "report",
         "trial-balance",
         "--server",
-        &server,
+        server,
         "--format",
         "csv",
     ])
     .await;
     assert!(ok, "{err}");
     let (balances, totals) = all_balances(&mut t.client, "", None, 100).await;
-    let mut want = vec!["account,currency,debits,credits,balance".to_string()];
+    let mut want = vec![
+        "account,currency,debits,credits,balance,held_debits,held_credits,available".to_string(),
+    ];
     want.extend(balances.iter().map(|b| {
         format!(
-            "{},{},{},{},{}",
-            b.account, b.currency, b.debits, b.credits, b.balance
+            "{},{},{},{},{},{}",
+            b.account,
+            b.currency,
+            b.debits,
+            b.credits,
+            b.balance,
+            held(b)
         )
     }));
-    want.extend(
-        totals
-            .iter()
-            .map(|t| format!("TOTAL,{},{},{},", t.currency, t.debits, t.credits)),
-    );
+    want.extend(totals.iter().map(|t| {
+        format!(
+            "TOTAL,{},{},{},,{},{},",
+            t.currency, t.debits, t.credits, t.held_debits, t.held_credits
+        )
+    }));
     assert_eq!(csv.lines().collect::<Vec<_>>(), want);
+    assert!(
+        want.contains(&"a:0,EUR,100.00,30.25,69.75,0.00,10.00,59.75".to_string())
+            && want.contains(&"TOTAL,EUR,137.75,137.75,,10.00,10.00,".to_string()),
+        "the hold is held, not in the balances: {want:?}"
+    );
+    let a0 = t.balance("a:0", None).await;
+    assert!(csv.contains(&format!(",69.75,{}\n", held(&a0))), "{csv}");
+}
 
-    // The same as a table, and with a prefix: aligned columns and balanced totals.
+/// The same as a table, with a prefix: aligned columns, the held ones after the balance, and
+/// the whole ledger's totals balanced (money and held amounts).
+async fn report_trial_balance_table_aligns_with_held_columns(t: &mut TestLedger, server: &str) {
     let (ok, table, err) = ledger_cli(&[
         "report",
         "trial-balance",
         "--server",
-        &server,
+        server,
         "--prefix",
         "a:",
     ])
@@ -1166,34 +1204,66 @@ async fn report_commands_print_trial_balance_and_statement_as_table_and_csv() {
         "{table}"
     );
     let lines: Vec<&str> = table.lines().filter(|l| !l.is_empty()).collect();
-    assert!(
-        lines[1].starts_with("ACCOUNT") && lines[1].ends_with("BALANCE"),
+    let words = |l: &str| l.split_whitespace().map(String::from).collect::<Vec<_>>();
+    assert_eq!(
+        words(lines[1]),
+        [
+            "ACCOUNT",
+            "CURRENCY",
+            "DEBITS",
+            "CREDITS",
+            "BALANCE",
+            "HELD_DEBITS",
+            "HELD_CREDITS",
+            "AVAILABLE"
+        ],
         "{table}"
     );
-    assert!(
-        lines
-            .iter()
-            .any(|l| l.starts_with("a:1 ") && l.ends_with("37.75")),
-        "{table}"
-    );
+    for account in ["a:0", "a:1"] {
+        let b = t.balance(account, None).await;
+        let row = [&b.account, &b.currency, &b.debits, &b.credits, &b.balance]
+            .into_iter()
+            .chain([&b.held_debits, &b.held_credits, &b.available])
+            .cloned()
+            .collect::<Vec<_>>();
+        assert!(lines.iter().any(|l| words(l) == row), "{row:?}: {table}");
+    }
     assert!(!table.contains("\nw "), "the prefix keeps w out: {table}");
-    let total = lines.last().unwrap();
-    assert!(
-        total.starts_with("TOTAL") && total.contains("EUR") && total.ends_with(" 30.25"),
+    let total = words(lines.last().unwrap());
+    assert_eq!(
+        total,
+        ["TOTAL", "EUR", "137.75", "30.25", "10.00", "10.00"],
         "{table}"
     );
     // Every line of the body is as wide as the heading (aligned).
     let width = lines[1].len();
     assert!(lines[2..].iter().all(|l| l.len() <= width), "{table}");
+    // The whole ledger balances, held amounts too.
+    let (ok, table, _) = ledger_cli(&["report", "trial-balance", "--server", server]).await;
+    assert!(ok);
+    assert!(
+        table
+            .lines()
+            .last()
+            .unwrap()
+            .ends_with("137.75  balanced        10.00         10.00"),
+        "{table}"
+    );
+}
 
-    // Statement as CSV at an effective cut-off before the first posting: only the back-dated
-    // one, whose recorded time is after it.
+/// Statement as CSV at an effective cut-off before the first posting: only the back-dated
+/// one, whose recorded time is after it, then the TOTAL line (nothing held at that cut-off).
+async fn report_statement_csv_at_an_effective_cut_off(
+    server: &str,
+    back: &pb::Posting,
+    r1: OffsetDateTime,
+) {
     let (ok, csv, err) = ledger_cli(&[
         "report",
         "statement",
         "a:1",
         "--server",
-        &server,
+        server,
         "--format",
         "csv",
         "--effective",
@@ -1204,22 +1274,30 @@ async fn report_commands_print_trial_balance_and_statement_as_table_and_csv() {
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(
         lines[0],
-        "sequence,posting_id,recorded_at,effective_at,debit,credit,balance_after"
+        "sequence,posting_id,recorded_at,effective_at,debit,credit,balance_after,held_debits,held_credits,available"
     );
-    assert_eq!(lines.len(), 2, "{csv}");
+    assert_eq!(lines.len(), 3, "{csv}");
     assert!(
         lines[1].starts_with(&format!("{},{},", back.sequence, back.posting_id)),
         "{csv}"
     );
-    assert!(lines[1].ends_with(",7.50,,7.50"), "{csv}");
+    assert!(lines[1].ends_with(",7.50,,7.50,,,"), "{csv}");
+    assert_eq!(lines[2], "TOTAL,,,,7.50,0.00,7.50,0.00,0.00,7.50", "{csv}");
+}
 
-    // Statement as a table, as recorded right after the first posting.
+/// Statements as tables: as recorded right after the first posting, and now, when the TOTAL
+/// line is GetBalance's (the hold's held amount and what it leaves available included).
+async fn report_statement_tables_close_at_the_balance(
+    t: &mut TestLedger,
+    server: &str,
+    r1: OffsetDateTime,
+) {
     let (ok, table, err) = ledger_cli(&[
         "report",
         "statement",
         "a:0",
         "--server",
-        &server,
+        server,
         "--as-of",
         &rfc3339(r1),
     ])
@@ -1230,37 +1308,42 @@ async fn report_commands_print_trial_balance_and_statement_as_table_and_csv() {
         "{table}"
     );
     assert!(table.contains("(journal sequence 1)"), "{table}");
-    let total = table.lines().last().unwrap();
-    assert!(
-        total.trim_start().starts_with("TOTAL")
-            && total.contains("1 entry")
-            && total.ends_with("100.00"),
+    let total: Vec<&str> = table.lines().last().unwrap().split_whitespace().collect();
+    assert_eq!(
+        total,
+        ["TOTAL", "1", "entry", "100.00", "0.00", "100.00", "0.00", "0.00", "100.00"],
         "{table}"
     );
-    // Now: both entries, closing at the balance.
-    let (ok, table, _) = ledger_cli(&["report", "statement", "a:0", "--server", &server]).await;
+    // Now: both entries (the hold is none), closing at the balance, with its held amounts.
+    let (ok, table, _) = ledger_cli(&["report", "statement", "a:0", "--server", server]).await;
     assert!(ok);
     assert!(table.contains("2 entries"), "{table}");
-    assert!(
-        table
-            .lines()
-            .last()
-            .unwrap()
-            .ends_with(&t.balance("a:0", None).await.balance),
+    let b = t.balance("a:0", None).await;
+    let total: Vec<&str> = table.lines().last().unwrap().split_whitespace().collect();
+    assert_eq!(
+        total[3..],
+        [
+            &b.debits,
+            &b.credits,
+            &b.balance,
+            &b.held_debits,
+            &b.held_credits,
+            &b.available
+        ]
+        .map(String::as_str),
         "{table}"
     );
-    // The whole ledger balances.
-    let (ok, table, _) = ledger_cli(&["report", "trial-balance", "--server", &server]).await;
-    assert!(ok);
-    assert!(
-        table.lines().last().unwrap().ends_with("137.75  balanced"),
-        "{table}"
+    assert_eq!(
+        (b.held_credits.as_str(), b.available.as_str()),
+        ("10.00", "59.75")
     );
+}
 
-    // Errors say what was wrong, with the reason, and exit non-zero.
+/// Errors say what was wrong, with the reason, and exit non-zero.
+async fn report_errors_name_their_reason(server: &str) {
     for (args, want) in [
         (
-            vec!["report", "statement", "nope", "--server", &server],
+            vec!["report", "statement", "nope", "--server", server],
             "ACCOUNT_NOT_FOUND",
         ),
         (
@@ -1268,7 +1351,7 @@ async fn report_commands_print_trial_balance_and_statement_as_table_and_csv() {
                 "report",
                 "trial-balance",
                 "--server",
-                &server,
+                server,
                 "--as-of",
                 "2999-01-01T00:00:00Z",
             ],
@@ -1279,7 +1362,7 @@ async fn report_commands_print_trial_balance_and_statement_as_table_and_csv() {
                 "report",
                 "trial-balance",
                 "--server",
-                &server,
+                server,
                 "--as-of",
                 "yesterday",
             ],

@@ -628,6 +628,112 @@ async fn bench_with_client_coalescing_sends_fewer_post_batch_calls_than_postings
     );
 }
 
+/// Holds in the journal (recorded, captured, released) and holds no posting closes yet.
+async fn hold_counts(t: &TestLedger) -> [i64; 4] {
+    let row = t
+        .db()
+        .await
+        .query_one(
+            "SELECT count(*) FILTER (WHERE hold),
+                    count(*) FILTER (WHERE close_kind = 'capture'),
+                    count(*) FILTER (WHERE close_kind = 'release'),
+                    count(*) FILTER (WHERE hold AND NOT EXISTS
+                      (SELECT 1 FROM postings c WHERE c.closes_hold_posting_id = p.posting_id))
+             FROM postings p",
+            &[],
+        )
+        .await
+        .unwrap();
+    [0, 1, 2, 3].map(|i| row.get(i))
+}
+
+/// A `--holds` run's summary against the journal: holds recorded, half captured and half
+/// released (every other close), none left pending, nothing held on any account.
+async fn assert_holds_closed(t: &TestLedger, before: [i64; 4], summary: &serde_json::Value) {
+    let field = |f: &str| {
+        summary[f]
+            .as_i64()
+            .unwrap_or_else(|| panic!("{f}: {summary}"))
+    };
+    let (holds, captures, releases) = (field("holds"), field("captures"), field("releases"));
+    assert!(holds > 0 && releases > 0, "{summary}");
+    assert_eq!(captures + releases, holds, "every hold closed: {summary}");
+    assert!((0..=1).contains(&(captures - releases)), "{summary}");
+    for f in [
+        "hold_failures",
+        "capture_failures",
+        "release_failures",
+        "holds_left_open",
+    ] {
+        assert_eq!(field(f), 0, "{f}: {summary}");
+    }
+    let after = hold_counts(t).await;
+    assert_eq!(
+        [0, 1, 2].map(|i| after[i] - before[i]),
+        [holds, captures, releases],
+        "the journal has the holds, captures and releases the summary reports: {summary}"
+    );
+    assert_eq!(after[3], 0, "no hold is left pending when the bench exits");
+    let held: i64 = t
+        .db()
+        .await
+        .query_one(
+            "SELECT count(*) FROM account_totals WHERE held_debits <> 0 OR held_credits <> 0",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(held, 0, "nothing is held on any account");
+}
+
+#[tokio::test]
+async fn bench_with_holds_captures_half_releases_the_rest_and_leaves_none_pending() {
+    let t = TestLedger::start().await;
+    // One Post per posting, with duplicates: a re-sent hold is a replay, closed once.
+    let before = hold_counts(&t).await;
+    let summary = run_bench(
+        &t,
+        "--duration 2 --concurrency 8 --accounts 20 --hot-account --legs 3 --duplicates 0.1 --holds 0.5",
+    )
+    .await;
+    assert_holds_closed(&t, before, &summary).await;
+    assert_eq!(summary["holds_fraction"].as_f64(), Some(0.5), "{summary}");
+    // Each call is one posting: Post (ordinary or a hold), Capture or Void.
+    assert_eq!(
+        summary["requests"].as_i64(),
+        Some(answered(&summary)),
+        "{summary}"
+    );
+    // PostBatch calls of 10 carry the holds; their captures and releases are calls of their own.
+    let before = hold_counts(&t).await;
+    let summary = run_bench(
+        &t,
+        "--duration 2 --concurrency 4 --accounts 20 --batch 10 --holds 0.5 --prefix batch",
+    )
+    .await;
+    assert_holds_closed(&t, before, &summary).await;
+    let closes = summary["captures"].as_i64().unwrap() + summary["releases"].as_i64().unwrap();
+    let calls = summary["post_batch_calls"].as_i64().unwrap();
+    assert_eq!(
+        summary["requests"].as_i64(),
+        Some(calls + closes),
+        "{summary}"
+    );
+    assert_eq!(answered(&summary) - closes, 10 * calls, "{summary}");
+    // Open loop, every posting a hold.
+    let before = hold_counts(&t).await;
+    let summary = run_bench(
+        &t,
+        "--duration 1 --rate 100 --accounts 10 --holds 1 --prefix open",
+    )
+    .await;
+    assert_holds_closed(&t, before, &summary).await;
+    assert_eq!(summary["holds"].as_i64(), Some(100), "{summary}");
+    let (ok, report) = crate::faults::ledger_check(&t.database_url).await;
+    assert!(ok, "{report}");
+}
+
 #[tokio::test]
 async fn bench_writer_times_the_writers_steps_alone_and_writes_a_journal_that_checks() {
     let url = pg::shared_cluster().fresh_database().await;
@@ -672,4 +778,22 @@ async fn bench_refuses_fewer_than_two_legs() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--legs"));
+}
+
+#[tokio::test]
+async fn bench_refuses_a_holds_fraction_outside_0_to_1() {
+    for fraction in ["1.5", "-0.1", "NaN"] {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_ledger"))
+            .args(["bench", "--server", "127.0.0.1:9"])
+            .arg(format!("--holds={fraction}"))
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{fraction}");
+        assert!(
+            stderr.contains("--holds must be a fraction within 0..=1"),
+            "{fraction}: {stderr}"
+        );
+    }
 }
