@@ -42,12 +42,17 @@ const HEADS_SQL: &str = "SELECT {COLUMNS} FROM postings p
      WHERE p.sequence = ANY($1) ORDER BY p.sequence";
 
 /// Every leg of postings by sequence: those that move money (entries) and those that do not
-/// (hold_legs: of holds and releases); a posting's legs are in one of the two.
+/// (hold_legs: of holds and releases); a posting's legs are in one of the two. Legs and
+/// accounts are looked up per sequence and per leg (LATERAL): given the whole arrays, the
+/// planner seq-scanned `entries` on stale statistics (a table that grew since its last
+/// ANALYZE), in the writer's load of void and capture targets, under the write lock.
 const LEGS_SQL: &str = "SELECT l.sequence, l.leg_index, a.code, a.scale, l.direction, l.amount::text AS amount
-     FROM (SELECT sequence, leg_index, account_id, direction, amount FROM entries WHERE sequence = ANY($1)
+     FROM (SELECT DISTINCT seq FROM unnest($1::bigint[]) AS u(seq)) s
+     CROSS JOIN LATERAL (
+           SELECT sequence, leg_index, account_id, direction, amount FROM entries WHERE sequence = s.seq
            UNION ALL
-           SELECT sequence, leg_index, account_id, direction, amount FROM hold_legs WHERE sequence = ANY($1)) l
-     LEFT JOIN accounts a USING (account_id)
+           SELECT sequence, leg_index, account_id, direction, amount FROM hold_legs WHERE sequence = s.seq) l
+     LEFT JOIN LATERAL (SELECT code, scale FROM accounts WHERE accounts.account_id = l.account_id LIMIT 1) a ON true
      ORDER BY l.sequence, l.leg_index";
 
 /// Loads postings (with legs, `voided_by` and a hold's state) by sequence, in sequence order,
@@ -81,8 +86,13 @@ pub async fn postings_at(
     let head_params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
         [&sequences, &through, &effective];
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&sequences];
-    let heads = client.query(heads_sql.as_str(), &head_params);
-    let legs = client.query(LEGS_SQL, &params);
+    let (heads_stmt, legs_stmt) = futures_util::future::try_join(
+        client.prepare_cached(heads_sql.as_str()),
+        client.prepare_cached(LEGS_SQL),
+    )
+    .await?;
+    let heads = client.query(&heads_stmt, &head_params);
+    let legs = client.query(&legs_stmt, &params);
     let (heads, legs) = futures_util::future::try_join(heads, legs).await?;
     let mut legs = legs.into_iter().peekable();
     let mut out = Vec::with_capacity(heads.len());
@@ -200,12 +210,10 @@ pub async fn posting_by_id(
     client: &impl GenericClient,
     id: Uuid,
 ) -> Result<Option<Posting>, StorageError> {
-    let row = client
-        .query_opt(
-            "SELECT sequence FROM postings WHERE posting_id = $1",
-            &[&id],
-        )
+    let stmt = client
+        .prepare_cached("SELECT sequence FROM postings WHERE posting_id = $1")
         .await?;
+    let row = client.query_opt(&stmt, &[&id]).await?;
     match row {
         None => Ok(None),
         Some(r) => Ok(postings_by_sequence(client, &[r.get(0)]).await?.pop()),
