@@ -59,18 +59,20 @@ const ACCOUNTS_SQL: &str = "SELECT a.account_id, a.code, a.currency, a.scale, a.
 
 /// The accounts of the postings the batch's voids, captures and expiries target (their legs
 /// that moved money, or were held), with their totals (sent only when there are targets).
-/// The legs are looked up per target by LATERAL: joined to the union as a whole, the planner
-/// scanned all of `entries` on stale statistics, under the write lock (holds ran at 13-30 %
-/// of plain posts in bench/compare until this).
-const TARGET_ACCOUNTS_SQL: &str = "SELECT a.account_id, a.code, a.currency, a.scale, a.normal_balance, a.allow_negative, a.metadata, a.created_at,
-            t.debits::text AS debits, t.credits::text AS credits, t.version,
-            t.held_debits::text AS held_debits, t.held_credits::text AS held_credits
-     FROM accounts a JOIN account_totals t USING (account_id)
-     WHERE a.account_id IN (
-        SELECT l.account_id FROM unnest($1::uuid[]) AS x(id)
+/// Legs, accounts and totals are looked up per target and per account (LATERAL … LIMIT 1):
+/// joined as whole tables, the planner scanned `entries` or `account_totals` on stale
+/// statistics, under the write lock (`the_writer_does_not_scan_tables_that_grew_after_its_statements_were_prepared`).
+const TARGET_ACCOUNTS_SQL: &str = "WITH ids AS (
+        SELECT DISTINCT l.account_id FROM unnest($1::uuid[]) AS x(id)
         JOIN postings p ON p.posting_id = x.id
         CROSS JOIN LATERAL (SELECT e.account_id FROM entries e WHERE e.sequence = p.sequence
-                            UNION ALL SELECT h.account_id FROM hold_legs h WHERE h.sequence = p.sequence) l)";
+                            UNION ALL SELECT h.account_id FROM hold_legs h WHERE h.sequence = p.sequence) l)
+     SELECT r.* FROM ids CROSS JOIN LATERAL (
+        SELECT a.account_id, a.code, a.currency, a.scale, a.normal_balance, a.allow_negative, a.metadata, a.created_at,
+               t.debits::text AS debits, t.credits::text AS credits, t.version,
+               t.held_debits::text AS held_debits, t.held_credits::text AS held_credits
+        FROM accounts a JOIN account_totals t USING (account_id)
+        WHERE a.account_id = ids.account_id LIMIT 1) r";
 
 /// The rows of the batch's first round trip.
 struct FirstRows {
