@@ -250,6 +250,11 @@ pub fn pool_as(database_url: &str, size: usize, role: Option<&str>) -> Result<Po
 /// while the journal was small keeps scanning it after it has grown (measured on the writer:
 /// throughput fell from 10,000 to 4,300 postings/s within 20 s of a fresh start). Planning
 /// costs about 0.15 ms per statement (measured on the batch's legs insert).
+///
+/// And with `jit=off`: on statistics taken while the journal was small, a lookup of a few
+/// hundred legs is estimated above `jit_optimize_above_cost`, and PostgreSQL spent about 100 ms
+/// compiling it with LLVM, inside the writer's lock (holds in `bench --holds 0.5` at 9-15 % of
+/// plain posts). The ledger's statements are short lookups and inserts; JIT never pays.
 pub fn service_config(
     database_url: &str,
     login: Option<&str>,
@@ -258,7 +263,7 @@ pub fn service_config(
     let mut config = parse_config(database_url)?;
     let cfg = &mut config.pg;
     let mut options = cfg.get_options().unwrap_or_default().to_owned();
-    options.push_str(" -c plan_cache_mode=force_custom_plan");
+    options.push_str(" -c plan_cache_mode=force_custom_plan -c jit=off");
     if let Some(login) = login {
         check_role_name("login", login)?;
         cfg.user(login);

@@ -211,6 +211,20 @@ async fn rows_scanned(db: &deadpool_postgres::Client) -> HashMap<String, i64> {
 }
 
 #[tokio::test]
+async fn the_services_sessions_plan_every_statement_afresh_and_never_jit_compile_one() {
+    let t = TestLedger::start().await;
+    let db = t.service_db().await;
+    for (setting, want) in [("plan_cache_mode", "force_custom_plan"), ("jit", "off")] {
+        let got: String = db
+            .query_one(&format!("SHOW {setting}"), &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(got, want, "{setting}");
+    }
+}
+
+#[tokio::test]
 async fn the_writer_does_not_scan_tables_that_grew_after_its_statements_were_prepared() {
     let mut t = TestLedger::start().await;
     t.standard_accounts(4).await;
