@@ -332,6 +332,16 @@ pub fn post_request(a: &PostArgs) -> Result<pb::PostRequest, ToolError> {
 }
 
 /// Prints a record: JSON, or its fields one a line.
+/// The answer to a write (post, void, capture): the posting and whether it was a replay.
+fn print_posted(
+    format: Format,
+    posting: Option<&pb::Posting>,
+    replayed: bool,
+) -> Result<(), ToolError> {
+    let posting = posting.map(output::posting_json).unwrap_or(Value::Null);
+    print(format, &json!({ "posting": posting, "replayed": replayed }))
+}
+
 fn print(format: Format, v: &Value) -> Result<(), ToolError> {
     let text = match format {
         Format::Json => output::json_text(v),
@@ -445,15 +455,7 @@ pub async fn post(a: PostArgs) -> Result<(), ToolError> {
         .post(req)
         .await?
         .into_inner();
-    let posting = r
-        .posting
-        .as_ref()
-        .map(output::posting_json)
-        .unwrap_or(Value::Null);
-    print(
-        a.common.format,
-        &json!({ "posting": posting, "replayed": r.replayed }),
-    )
+    print_posted(a.common.format, r.posting.as_ref(), r.replayed)
 }
 
 pub async fn void(a: VoidArgs) -> Result<(), ToolError> {
@@ -480,15 +482,7 @@ pub async fn void(a: VoidArgs) -> Result<(), ToolError> {
         effective_at: a.effective.map(time_to_pb),
     };
     let r = client.void(req).await?.into_inner();
-    let posting = r
-        .posting
-        .as_ref()
-        .map(output::posting_json)
-        .unwrap_or(Value::Null);
-    print(
-        a.common.format,
-        &json!({ "posting": posting, "replayed": r.replayed }),
-    )
+    print_posted(a.common.format, r.posting.as_ref(), r.replayed)
 }
 
 /// A posting's id: given, or found by the caller's idempotency key.
@@ -530,15 +524,7 @@ pub async fn capture(a: CaptureArgs) -> Result<(), ToolError> {
         metadata: a.metadata.into_iter().collect(),
     };
     let r = client.capture(req).await?.into_inner();
-    let posting = r
-        .posting
-        .as_ref()
-        .map(output::posting_json)
-        .unwrap_or(Value::Null);
-    print(
-        a.common.format,
-        &json!({ "posting": posting, "replayed": r.replayed }),
-    )
+    print_posted(a.common.format, r.posting.as_ref(), r.replayed)
 }
 
 pub async fn posting(cmd: PostingCommand) -> Result<(), ToolError> {
