@@ -10,7 +10,7 @@ use super::posting::{
     capture_fingerprint, check_balanced, leg_codes, parse_posting_id, resolve_legs,
     validate_effective_at, validate_idempotency_key, validate_text, Fingerprint, Leg, LegRequest,
 };
-use super::record::{rfc3339, Posting};
+use super::record::{rfc3339, PostedLeg, Posting};
 use std::collections::HashMap;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -47,6 +47,26 @@ pub fn check_expiry(
         .with("field", "hold_expires_at")),
         Some(t) => validate_effective_at(Some(t)).map_err(|e| e.with("field", "hold_expires_at")),
         None => Ok(()),
+    }
+}
+
+/// What the checks before the writer need of the posting a capture or a void names, all of
+/// which never changes once it is recorded: that it exists, whether it is a hold, and a
+/// hold's legs. Read alone (one lookup by id), without the posting's state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PostingTerms {
+    pub posting_id: Uuid,
+    /// The held legs when the posting is a hold; `None` when it is not one.
+    pub held: Option<Vec<PostedLeg>>,
+}
+
+impl PostingTerms {
+    /// The terms of a posting read whole.
+    pub fn of(p: &Posting) -> PostingTerms {
+        PostingTerms {
+            posting_id: p.posting_id,
+            held: p.hold.map(|_| p.legs.clone()),
+        }
     }
 }
 
@@ -99,15 +119,15 @@ impl CaptureRequest {
     /// held amount (`CAPTURE_EXCEEDS_HOLD`), balanced per currency.
     pub fn validate(
         &self,
-        hold: &Posting,
+        hold: &PostingTerms,
         accounts: &HashMap<String, Account>,
     ) -> Result<ValidCapture, LedgerError> {
         let (id, _) = self.check_shape()?;
-        if hold.hold.is_none() {
-            return Err(not_a_hold(hold));
-        }
+        let Some(held) = &hold.held else {
+            return Err(not_a_hold(hold.posting_id));
+        };
         let legs = if self.legs.is_empty() {
-            held_legs(hold, accounts)?
+            held_legs(held, accounts)?
         } else {
             self.within(hold, accounts)?
         };
@@ -128,7 +148,7 @@ impl CaptureRequest {
     /// The requested legs, checked leg by leg against the held ones.
     fn within(
         &self,
-        hold: &Posting,
+        hold: &PostingTerms,
         accounts: &HashMap<String, Account>,
     ) -> Result<Vec<Leg>, LedgerError> {
         let asked = resolve_legs(&self.legs, accounts)?;
@@ -139,11 +159,10 @@ impl CaptureRequest {
 
 /// Whether `captured` is within `hold`: exactly its legs (accounts and directions, in its
 /// order), each amount at most the held one.
-pub fn within_hold(captured: &[Leg], hold: &Posting) -> Result<(), LedgerError> {
-    if hold.hold.is_none() {
-        return Err(not_a_hold(hold));
-    }
-    let held = &hold.legs;
+pub fn within_hold(captured: &[Leg], hold: &PostingTerms) -> Result<(), LedgerError> {
+    let Some(held) = &hold.held else {
+        return Err(not_a_hold(hold.posting_id));
+    };
     let same_shape = captured.len() == held.len()
         && captured
             .iter()
@@ -191,24 +210,22 @@ pub fn within_hold(captured: &[Leg], hold: &Posting) -> Result<(), LedgerError> 
     Ok(())
 }
 
-fn not_a_hold(p: &Posting) -> LedgerError {
+fn not_a_hold(posting_id: Uuid) -> LedgerError {
     LedgerError::new(
         Reason::NotAHold,
         format!(
-            "posting {} is not a hold; only a hold (Post with hold: true) can be captured",
-            p.posting_id
+            "posting {posting_id} is not a hold; only a hold (Post with hold: true) can be captured"
         ),
     )
-    .with("posting_id", p.posting_id)
+    .with("posting_id", posting_id)
 }
 
 /// A hold's legs, resolved against their accounts (which must be in `accounts`).
-pub fn held_legs(
-    hold: &Posting,
+fn held_legs(
+    held: &[PostedLeg],
     accounts: &HashMap<String, Account>,
 ) -> Result<Vec<Leg>, LedgerError> {
-    hold.legs
-        .iter()
+    held.iter()
         .map(|l| {
             let a = accounts.get(&l.account).ok_or_else(|| {
                 LedgerError::new(

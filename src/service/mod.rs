@@ -190,23 +190,18 @@ impl Ledger {
     /// Records the compensating posting of an earlier one.
     pub async fn void(&self, caller: &str, req: VoidRequest) -> Result<Decided, LedgerError> {
         let valid = req.validate()?;
-        self.posting(valid.target).await?;
         self.writer
             .submit(caller.to_owned(), Command::Void(valid))
             .await
     }
 
-    /// Captures a hold: moves all of it or less, releases the rest, closes it.
+    /// Captures a hold: moves all of it or less, releases the rest, closes it. The writer's
+    /// lane checks it against the hold (read for the whole batch at once).
     pub async fn capture(&self, caller: &str, req: CaptureRequest) -> Result<Decided, LedgerError> {
-        let (hold_id, mut codes) = req.check_shape()?;
-        let hold = self.posting(hold_id).await?;
-        codes.extend(hold.legs.iter().map(|l| l.account.clone()));
-        codes.sort_unstable();
-        codes.dedup();
+        let (hold, codes) = req.check_shape()?;
         let accounts = self.accounts(&codes).await?;
-        let valid = req.validate(&hold, &accounts)?;
         self.writer
-            .submit(caller.to_owned(), Command::Capture(valid))
+            .submit_capture(caller.to_owned(), hold, req, accounts)
             .await
     }
 
@@ -216,13 +211,7 @@ impl Ledger {
         storage::read::posting_by_id(&client, id)
             .await
             .map_err(unavailable)?
-            .ok_or_else(|| {
-                LedgerError::new(
-                    Reason::PostingNotFound,
-                    format!("posting {id} does not exist"),
-                )
-                .with("posting_id", id)
-            })
+            .ok_or_else(|| crate::writer::not_found(id))
     }
 
     /// A posting by id, at a cut-off.

@@ -9,7 +9,7 @@ use super::{
 use crate::domain::account::Metadata;
 use crate::domain::engine::{Change, Engine, Totals};
 use crate::domain::error::{LedgerError, Reason};
-use crate::domain::hold::{check_expiry, within_hold, HoldTerms, ValidCapture};
+use crate::domain::hold::{check_expiry, within_hold, HoldTerms, PostingTerms, ValidCapture};
 use crate::domain::posting::{check_balanced, Leg, ValidPost, ValidVoid};
 use crate::domain::record::{rfc3339, CloseKind, Closes, HoldState, PostedLeg, Posting};
 use std::collections::HashMap;
@@ -83,7 +83,7 @@ fn untimely(s: &Snapshot, c: &Command) -> Option<LedgerError> {
         }
         Command::Capture(cap) => {
             let hold = s.targets.get(&cap.hold)?;
-            within_hold(&cap.legs, hold).err()
+            within_hold(&cap.legs, &PostingTerms::of(hold)).err()
         }
         Command::Void(_) => None,
     }

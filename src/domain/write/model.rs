@@ -13,7 +13,7 @@
 
 use super::*;
 use crate::domain::account::{Account, Metadata, NormalBalance};
-use crate::domain::hold::CaptureRequest;
+use crate::domain::hold::{CaptureRequest, PostingTerms};
 use crate::domain::posting::{check_balanced, Leg, LegRequest, PostRequest, VoidRequest};
 use crate::domain::record::CloseKind;
 use proptest::prelude::*;
@@ -586,7 +586,7 @@ fn capture(
         metadata: Metadata::new(),
     };
     let valid = req
-        .validate(&store.postings[target], &accounts())
+        .validate(&PostingTerms::of(&store.postings[target]), &accounts())
         .expect("the model's captures are valid");
     Sent {
         // "The whole hold" and its legs written out mean the same.

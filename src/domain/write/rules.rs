@@ -463,7 +463,10 @@ fn capture(key: &str, hold: &Posting) -> WriteRequest {
     };
     WriteRequest {
         caller: "c".into(),
-        command: Command::Capture(req.validate(hold, &accounts()).unwrap()),
+        command: Command::Capture(
+            req.validate(&crate::domain::hold::PostingTerms::of(hold), &accounts())
+                .unwrap(),
+        ),
     }
 }
 

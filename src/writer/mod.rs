@@ -11,8 +11,14 @@
 //! decided as if the caller had sent them one by one); other callers' jobs may share that
 //! batch.
 
+mod terms;
+
+pub use terms::not_found;
+
 use crate::domain::account::AccountCache;
+use crate::domain::hold::CaptureRequest;
 use crate::domain::write::{decide, Outcome, WriteRequest};
+use crate::domain::Account;
 use crate::domain::LedgerError;
 use crate::storage::batch;
 use crate::storage::{Pool, StorageError};
@@ -89,11 +95,28 @@ impl WriterTuning {
 /// their batch failed.
 type JobReply = oneshot::Sender<Result<Vec<Outcome>, LedgerError>>;
 
-/// What one caller submitted: one request (`Post`, `Void`) or a call's requests
-/// (`PostBatch`), which stay together from the queue to the answer.
+/// What one caller submitted: one request (`Post`, `Void`, `Capture`) or a call's requests
+/// (`PostBatch`, an expiry round), which stay together from the queue to the answer.
 struct Job {
-    requests: Vec<WriteRequest>,
+    requests: Vec<Queued>,
     reply: JobReply,
+}
+
+/// A request as it waits in the queue: ready for `decide`, or a capture still to be checked
+/// against its hold (by the lane, for the whole batch at once: [`terms`]).
+pub(crate) enum Queued {
+    Ready(WriteRequest),
+    Capture(Box<PendingCapture>),
+}
+
+/// A capture whose shape was checked and whose legs' accounts were found, before its hold's
+/// terms are read.
+pub(crate) struct PendingCapture {
+    caller: String,
+    hold: uuid::Uuid,
+    request: CaptureRequest,
+    /// The accounts the request's legs name, by code.
+    accounts: HashMap<String, Account>,
 }
 
 /// A handle to submit requests to the writer task.
@@ -149,9 +172,35 @@ impl Writer {
         }
     }
 
-    /// Submits one request and waits for its decision.
+    /// Submits one request and waits for its decision. A void's target must exist, which the
+    /// lane checks before the batch (`POSTING_NOT_FOUND`, binding nothing).
     pub async fn submit(&self, caller: String, command: crate::domain::write::Command) -> Outcome {
-        let mut outcomes = self.enqueue(vec![WriteRequest { caller, command }]).await?;
+        self.submit_one(Queued::Ready(WriteRequest { caller, command }))
+            .await
+    }
+
+    /// Submits a capture of hold `hold` (its shape checked, its legs' accounts found) and
+    /// waits for its decision: the lane checks it against the hold's terms before the batch
+    /// ([`CaptureRequest::validate`]; its refusals bind nothing), `decide` against the hold's
+    /// state.
+    pub async fn submit_capture(
+        &self,
+        caller: String,
+        hold: uuid::Uuid,
+        request: CaptureRequest,
+        accounts: HashMap<String, Account>,
+    ) -> Outcome {
+        self.submit_one(Queued::Capture(Box::new(PendingCapture {
+            caller,
+            hold,
+            request,
+            accounts,
+        })))
+        .await
+    }
+
+    async fn submit_one(&self, request: Queued) -> Outcome {
+        let mut outcomes = self.enqueue(vec![request]).await?;
         outcomes.pop().expect("one outcome for one request")
     }
 
@@ -169,16 +218,18 @@ impl Writer {
         }
         let requests = commands
             .into_iter()
-            .map(|command| WriteRequest {
-                caller: caller.to_owned(),
-                command,
+            .map(|command| {
+                Queued::Ready(WriteRequest {
+                    caller: caller.to_owned(),
+                    command,
+                })
             })
             .collect();
         self.enqueue(requests).await
     }
 
     /// Queues one job if the queue has room for all its requests, and waits for its answer.
-    async fn enqueue(&self, requests: Vec<WriteRequest>) -> Result<Vec<Outcome>, LedgerError> {
+    async fn enqueue(&self, requests: Vec<Queued>) -> Result<Vec<Outcome>, LedgerError> {
         let n = requests.len();
         let admitted = u32::try_from(n)
             .map_err(|_| TryAcquireError::NoPermits)
@@ -246,7 +297,7 @@ impl Lane {
     /// Takes what is queued (waiting for the first request, never on a timer), applies it,
     /// answers, and repeats until every handle is dropped.
     async fn run(self) {
-        let mut requests: Vec<WriteRequest> = Vec::with_capacity(self.tuning.batch_max);
+        let mut requests: Vec<Queued> = Vec::with_capacity(self.tuning.batch_max);
         let mut replies: Vec<(JobReply, usize)> = Vec::with_capacity(self.tuning.batch_max);
         // The lane keeps its connection between batches (its prepared statements stay cached,
         // and no pool check per batch); after a failed batch it takes a fresh one.
@@ -258,11 +309,13 @@ impl Lane {
             if requests.is_empty() {
                 continue;
             }
-            let result = self.apply_on(&mut conn, &requests).await;
+            let n = requests.len();
+            let result = self
+                .apply_on(&mut conn, std::mem::take(&mut requests))
+                .await;
             if let Some(o) = &self.observer {
-                o(requests.len(), result.is_ok());
+                o(n, result.is_ok());
             }
-            requests.clear();
             answer(&mut replies, result);
         }
     }
@@ -272,11 +325,7 @@ impl Lane {
     /// cancel) before the write. A job that would pass `batch_max` is held for the next batch.
     /// An extra lane (with a gate) takes a batch only while the queue is deep. `false` once
     /// every handle is dropped.
-    async fn take(
-        &self,
-        requests: &mut Vec<WriteRequest>,
-        replies: &mut Vec<(JobReply, usize)>,
-    ) -> bool {
+    async fn take(&self, requests: &mut Vec<Queued>, replies: &mut Vec<(JobReply, usize)>) -> bool {
         let mut inbox = self.queue.lock().await;
         if let Some(gate) = &self.gate {
             while queued(&self.room, self.tuning.queue_max) < EXTRA_LANE_MIN_QUEUE {
@@ -309,12 +358,7 @@ impl Lane {
 
     /// A job taken from the queue: its room is given back, and its requests join the batch
     /// unless its caller gave up.
-    fn keep(
-        &self,
-        job: Job,
-        requests: &mut Vec<WriteRequest>,
-        replies: &mut Vec<(JobReply, usize)>,
-    ) {
+    fn keep(&self, job: Job, requests: &mut Vec<Queued>, replies: &mut Vec<(JobReply, usize)>) {
         self.room.add_permits(job.requests.len());
         if !job.reply.is_closed() {
             replies.push((job.reply, job.requests.len()));
@@ -328,14 +372,15 @@ impl Lane {
     async fn apply_on(
         &self,
         conn: &mut Option<crate::storage::Conn>,
-        requests: &[WriteRequest],
+        requests: Vec<Queued>,
     ) -> Result<Vec<Outcome>, StorageError> {
         let client = match conn.take() {
             Some(c) => c,
             None => self.pool.get().await?,
         };
         let limit = self.tuning.batch_timeout;
-        match tokio::time::timeout(limit, apply(&client, requests, &self.accounts)).await {
+        let applied = apply_checked(&client, requests, &self.accounts);
+        match tokio::time::timeout(limit, applied).await {
             Ok(r) => {
                 if r.is_ok() {
                     *conn = Some(client);
@@ -410,6 +455,37 @@ pub async fn apply(
         batch::rollback(client).await;
         refused.extend(plan.unbound.into_iter().map(|(j, e)| (live[j], e)));
     }
+}
+
+/// The queued requests checked against their targets' terms ([`terms`]), then those that
+/// pass applied as one batch ([`apply`]): one outcome per request, in order.
+async fn apply_checked(
+    client: &crate::storage::Conn,
+    queued: Vec<Queued>,
+    accounts: &RwLock<AccountCache>,
+) -> Result<Vec<Outcome>, StorageError> {
+    let checked = terms::checked(client, queued).await?;
+    let n = checked.len();
+    let mut refused = HashMap::new();
+    let mut ready = Vec::with_capacity(n);
+    let mut live = Vec::with_capacity(n);
+    for (i, c) in checked.into_iter().enumerate() {
+        match c {
+            Ok(r) => {
+                live.push(i);
+                ready.push(r);
+            }
+            Err(e) => {
+                refused.insert(i, e);
+            }
+        }
+    }
+    let outcomes = if ready.is_empty() {
+        Vec::new()
+    } else {
+        apply(client, &ready, accounts).await?
+    };
+    Ok(merge(n, outcomes, &live, refused))
 }
 
 /// [`apply`] with an account cache of its own, for tools and tests that write a batch
