@@ -1,7 +1,8 @@
 //! Holds (two-phase postings): a hold reserves funds without moving them; a capture moves
 //! all of it or less and releases the rest; a void releases it; the ledger releases it by
 //! itself at its expiry time. The checks of a capture against its hold are here: a hold's
-//! legs never change, so they are validation, made before the writer (they bind no key).
+//! legs never change, so they are validation (they bind no key), made by the writer's lane before
+//! the batch's transaction, against the holds of the whole batch read at once.
 
 use super::account::{truncate_for_message, validate_metadata, Account, Metadata};
 use super::error::{LedgerError, Reason};
@@ -50,9 +51,9 @@ pub fn check_expiry(
     }
 }
 
-/// What the checks before the writer need of the posting a capture or a void names, all of
+/// What the checks before the batch need of the posting a capture or a void names, all of
 /// which never changes once it is recorded: that it exists, whether it is a hold, and a
-/// hold's legs. Read alone (one lookup by id), without the posting's state.
+/// hold's legs; not its state.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PostingTerms {
     pub posting_id: Uuid,

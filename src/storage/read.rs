@@ -4,7 +4,6 @@ use super::accounts::{account_from_row, metadata_from_json, ACCOUNT_COLUMNS};
 use super::{StorageError, LEDGER_WRITE_LOCK};
 use crate::domain::amount::{parse_stored, Amount};
 use crate::domain::engine::{available_of, balance_of};
-use crate::domain::hold::PostingTerms;
 use crate::domain::record::{
     rfc3339, AppliedAsOf, AsOf, Balance, CloseKind, Closes, Entry, HoldState, PostedLeg, Posting,
 };
@@ -229,89 +228,123 @@ pub async fn posting_by_id(
     }
 }
 
-/// The terms of the postings a batch's captures and voids name, each looked up by id (LATERAL
-/// … LIMIT 1 on the unique index, whatever the statistics say), with a hold's legs and their
-/// accounts. One statement for the whole batch: read per `Capture` and `Void` (the id, the
-/// head with its void and closing posting, the legs), each planned afresh, they were the
-/// largest cost of holds under load.
-const TERMS_SQL: &str =
-    "SELECT x.id, p.sequence, p.hold, h.leg_index, h.direction, h.amount::text AS amount, a.*
+/// The postings a batch's voids, captures and expiries name, by id, as recorded: their
+/// heads without their state (no void, no closing posting: those are read under the write
+/// lock, [`TARGET_STATES_SQL`]). Each is looked up on its unique index (LATERAL … LIMIT 1),
+/// whatever the statistics say.
+const TARGET_HEADS_SQL: &str = "SELECT p.sequence, p.posting_id, p.caller, p.idempotency_key, p.effective_at,
+            p.recorded_at, p.memo, p.metadata, p.voids_posting_id, p.void_reason, NULL::uuid AS voided_by,
+            p.hold, p.hold_expires_at, p.closes_hold_posting_id, p.close_kind,
+            NULL::uuid AS closed_by, NULL::text AS closed_how
      FROM unnest($1::uuid[]) AS x(id)
-     CROSS JOIN LATERAL (SELECT sequence, hold FROM postings WHERE posting_id = x.id LIMIT 1) p
-     LEFT JOIN LATERAL (SELECT leg_index, account_id, direction, amount FROM hold_legs
-                        WHERE p.hold AND sequence = p.sequence) h ON true
-     LEFT JOIN LATERAL (SELECT {ACCOUNT_COLUMNS} FROM accounts a
-                        WHERE a.account_id = h.account_id LIMIT 1) a ON true
-     ORDER BY x.id, h.leg_index";
+     CROSS JOIN LATERAL (SELECT * FROM postings WHERE posting_id = x.id LIMIT 1) p
+     ORDER BY p.sequence";
 
-/// A posting's [`PostingTerms`] and the accounts of a hold's legs.
-#[derive(Clone, Debug)]
-pub struct LoadedTerms {
-    pub terms: PostingTerms,
-    pub accounts: Vec<Account>,
+/// The legs of those postings (entries or hold legs), each with its account whole.
+const TARGET_LEGS_SQL: &str = "SELECT l.sequence, l.leg_index, l.direction, l.amount::text AS amount, a.*
+     FROM unnest($1::uuid[]) AS x(id)
+     CROSS JOIN LATERAL (SELECT sequence FROM postings WHERE posting_id = x.id LIMIT 1) p
+     CROSS JOIN LATERAL (
+           SELECT sequence, leg_index, account_id, direction, amount FROM entries WHERE sequence = p.sequence
+           UNION ALL
+           SELECT sequence, leg_index, account_id, direction, amount FROM hold_legs WHERE sequence = p.sequence) l
+     LEFT JOIN LATERAL (SELECT {ACCOUNT_COLUMNS} FROM accounts a WHERE a.account_id = l.account_id LIMIT 1) a ON true
+     ORDER BY l.sequence, l.leg_index";
+
+/// The state of those postings now, read under the write lock: the void of each and the
+/// posting that closed it (a hold), each looked up on its unique index.
+pub(crate) const TARGET_STATES_SQL: &str = "SELECT x.id, v.posting_id AS voided_by, c.posting_id AS closed_by, c.close_kind AS closed_how
+     FROM unnest($1::uuid[]) AS x(id)
+     LEFT JOIN LATERAL (SELECT posting_id FROM postings
+                        WHERE voids_posting_id = x.id AND voids_posting_id IS NOT NULL LIMIT 1) v ON true
+     LEFT JOIN LATERAL (SELECT posting_id, close_kind FROM postings
+                        WHERE closes_hold_posting_id = x.id LIMIT 1) c ON true";
+
+/// A target's state now, from its [`TARGET_STATES_SQL`] row: its void, and the posting that
+/// closed it when it is a hold.
+pub(crate) fn with_state(
+    mut p: Posting,
+    row: &tokio_postgres::Row,
+) -> Result<Posting, StorageError> {
+    let sequence = p.sequence as i64;
+    p.voided_by_posting_id = row.get("voided_by");
+    let how = close_kind(row.get("closed_how"), sequence)?;
+    let closed_by = row.get::<_, Option<Uuid>>("closed_by").zip(how);
+    if let Some(h) = &mut p.hold {
+        h.closed_by = closed_by;
+    }
+    Ok(p)
 }
 
-/// The terms of postings by id (distinct): those that exist, each as read or, when its rows
-/// break an invariant (a hold without legs, a leg on a missing or unreadable account), the
+/// The postings a batch's voids, captures and expiries name, as recorded (their state left
+/// out), with the accounts of their legs; a posting that breaks an invariant comes back as the
 /// refusal of the requests that name it.
-pub async fn terms_by_id(
+#[derive(Debug, Default)]
+pub struct Targets {
+    pub postings: HashMap<Uuid, Posting>,
+    pub corrupt: HashMap<Uuid, LedgerError>,
+    /// The accounts of the sound postings' legs, by code.
+    pub accounts: HashMap<String, Account>,
+}
+
+/// Reads [`Targets`] by id (distinct): two statements, sent together.
+pub async fn targets_by_id(
     client: &impl GenericClient,
     ids: &[Uuid],
-) -> Result<HashMap<Uuid, Result<LoadedTerms, LedgerError>>, StorageError> {
+) -> Result<Targets, StorageError> {
     if ids.is_empty() {
-        return Ok(HashMap::new());
+        return Ok(Targets::default());
     }
-    let sql = TERMS_SQL.replace("{ACCOUNT_COLUMNS}", ACCOUNT_COLUMNS);
-    let stmt = client.prepare_cached(&sql).await?;
-    let rows = client.query(&stmt, &[&ids]).await?;
-    let mut by_id: HashMap<Uuid, Vec<&tokio_postgres::Row>> = HashMap::new();
-    for r in &rows {
-        by_id.entry(r.get("id")).or_default().push(r);
+    let legs_sql = TARGET_LEGS_SQL.replace("{ACCOUNT_COLUMNS}", ACCOUNT_COLUMNS);
+    let (heads_st, legs_st) = futures_util::future::try_join(
+        client.prepare_cached(TARGET_HEADS_SQL),
+        client.prepare_cached(&legs_sql),
+    )
+    .await?;
+    let (heads, legs) = futures_util::future::try_join(
+        client.query(&heads_st, &[&ids]),
+        client.query(&legs_st, &[&ids]),
+    )
+    .await?;
+    let mut legs_of: HashMap<i64, Vec<&tokio_postgres::Row>> = HashMap::new();
+    for l in &legs {
+        legs_of.entry(l.get("sequence")).or_default().push(l);
     }
-    Ok(by_id
-        .into_iter()
-        .map(|(id, rows)| {
-            (
-                id,
-                loaded_terms(id, &rows).map_err(|e| e.into_ledger_error()),
-            )
-        })
-        .collect())
+    let mut t = Targets::default();
+    for h in &heads {
+        let id: Uuid = h.get("posting_id");
+        let rows = legs_of.remove(&h.get("sequence")).unwrap_or_default();
+        match target(h, &rows, &mut t.accounts) {
+            Ok(p) => {
+                t.postings.insert(id, p);
+            }
+            Err(e) => {
+                t.corrupt.insert(id, e.into_ledger_error());
+            }
+        }
+    }
+    Ok(t)
 }
 
-/// One posting's terms from its rows (one per held leg; one with no leg for a posting that is
-/// not a hold).
-fn loaded_terms(id: Uuid, rows: &[&tokio_postgres::Row]) -> Result<LoadedTerms, StorageError> {
-    let first = rows[0];
-    if !first.get::<_, bool>("hold") {
-        return Ok(LoadedTerms {
-            terms: PostingTerms {
-                posting_id: id,
-                held: None,
-            },
-            accounts: Vec::new(),
-        });
+/// One target from its head and leg rows, its legs' accounts added to `accounts`.
+fn target(
+    head: &tokio_postgres::Row,
+    legs: &[&tokio_postgres::Row],
+    accounts: &mut HashMap<String, Account>,
+) -> Result<Posting, StorageError> {
+    let mut p = posting_head(head)?;
+    let sequence = p.sequence as i64;
+    let mut found = Vec::with_capacity(legs.len());
+    for (i, l) in legs.iter().enumerate() {
+        p.legs.push(posting_leg(l, sequence, i)?);
+        found.push(account_from_row(l)?);
     }
-    let sequence: i64 = first.get("sequence");
-    if first.get::<_, Option<i16>>("leg_index").is_none() {
-        return Err(StorageError::corrupt_posting(
-            sequence,
-            "a hold without legs",
-        ));
+    p.check_sound()
+        .map_err(|e| StorageError::corrupt_posting(sequence, e))?;
+    for a in found {
+        accounts.insert(a.code.clone(), a);
     }
-    let mut legs = Vec::with_capacity(rows.len());
-    let mut accounts = Vec::with_capacity(rows.len());
-    for (i, l) in rows.iter().enumerate() {
-        legs.push(posting_leg(l, sequence, i)?);
-        accounts.push(account_from_row(l)?);
-    }
-    Ok(LoadedTerms {
-        terms: PostingTerms {
-            posting_id: id,
-            held: Some(legs),
-        },
-        accounts,
-    })
+    Ok(p)
 }
 
 /// A posting by its caller's idempotency key, or the stored rejection of that key.

@@ -237,7 +237,9 @@ async fn run_lane(
         let requests = next_batch(args, accounts, keys, steps.batches);
         let ids: Vec<uuid::Uuid> = requests.iter().map(|_| uuid::Uuid::now_v7()).collect();
         let t0 = Instant::now();
-        let snapshot = batch::load(conn, &requests, cache).await;
+        // Posts only: no voids, captures or expiries, so no targets.
+        let targets = crate::storage::read::Targets::default();
+        let snapshot = batch::load(conn, &requests, cache, &targets).await;
         let t1 = Instant::now();
         let snapshot = match snapshot {
             Ok(s) => s,

@@ -11,9 +11,9 @@
 //! decided as if the caller had sent them one by one); other callers' jobs may share that
 //! batch.
 
-mod terms;
+mod targets;
 
-pub use terms::not_found;
+pub use targets::not_found;
 
 use crate::domain::account::AccountCache;
 use crate::domain::hold::CaptureRequest;
@@ -21,6 +21,7 @@ use crate::domain::write::{decide, Outcome, WriteRequest};
 use crate::domain::Account;
 use crate::domain::LedgerError;
 use crate::storage::batch;
+use crate::storage::read::Targets;
 use crate::storage::{Pool, StorageError};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -103,7 +104,7 @@ struct Job {
 }
 
 /// A request as it waits in the queue: ready for `decide`, or a capture still to be checked
-/// against its hold (by the lane, for the whole batch at once: [`terms`]).
+/// against its hold (by the lane, for the whole batch at once: [`targets`]).
 pub(crate) enum Queued {
     Ready(WriteRequest),
     Capture(Box<PendingCapture>),
@@ -423,10 +424,11 @@ fn answer(replies: &mut Vec<(JobReply, usize)>, result: Result<Vec<Outcome>, Sto
 /// (`JOURNAL_CORRUPT`) and the batch runs again without them, since its transaction claimed
 /// their keys; each round refuses at least one, so this ends. Any error means nothing of the
 /// batch may be assumed: every caller must be told `UNAVAILABLE`.
-pub async fn apply(
+async fn apply(
     client: &crate::storage::Conn,
     requests: &[WriteRequest],
     accounts: &RwLock<AccountCache>,
+    targets: &Targets,
 ) -> Result<Vec<Outcome>, StorageError> {
     let mut refused: HashMap<usize, LedgerError> = HashMap::new();
     loop {
@@ -442,7 +444,7 @@ pub async fn apply(
             live.iter().map(|&i| requests[i].clone()).collect()
         };
         let ids: Vec<uuid::Uuid> = batch.iter().map(|_| uuid::Uuid::now_v7()).collect();
-        let plan = match round(client, &batch, &ids, accounts).await {
+        let plan = match round(client, &batch, &ids, accounts, targets).await {
             Ok(p) => p,
             Err(e) => {
                 batch::rollback(client).await;
@@ -457,14 +459,14 @@ pub async fn apply(
     }
 }
 
-/// The queued requests checked against their targets' terms ([`terms`]), then those that
+/// The queued requests checked against their targets ([`targets`]), then those that
 /// pass applied as one batch ([`apply`]): one outcome per request, in order.
 async fn apply_checked(
     client: &crate::storage::Conn,
     queued: Vec<Queued>,
     accounts: &RwLock<AccountCache>,
 ) -> Result<Vec<Outcome>, StorageError> {
-    let checked = terms::checked(client, queued).await?;
+    let (checked, targets) = targets::checked(client, queued).await?;
     let n = checked.len();
     let mut refused = HashMap::new();
     let mut ready = Vec::with_capacity(n);
@@ -483,18 +485,19 @@ async fn apply_checked(
     let outcomes = if ready.is_empty() {
         Vec::new()
     } else {
-        apply(client, &ready, accounts).await?
+        apply(client, &ready, accounts, &targets).await?
     };
     Ok(merge(n, outcomes, &live, refused))
 }
 
-/// [`apply`] with an account cache of its own, for tools and tests that write a batch
-/// directly.
+/// A batch as a lane applies it (its targets checked, then load → decide → write), with an
+/// account cache of its own, for tools and tests that write a batch directly.
 pub async fn apply_alone(
     client: &crate::storage::Conn,
     requests: &[WriteRequest],
 ) -> Result<Vec<Outcome>, StorageError> {
-    apply(client, requests, &RwLock::new(AccountCache::default())).await
+    let queued = requests.iter().cloned().map(Queued::Ready).collect();
+    apply_checked(client, queued, &RwLock::new(AccountCache::default())).await
 }
 
 /// One round: load the snapshot, decide, and write the plan unless it refused requests
@@ -504,8 +507,9 @@ async fn round(
     requests: &[WriteRequest],
     ids: &[uuid::Uuid],
     accounts: &RwLock<AccountCache>,
+    targets: &Targets,
 ) -> Result<crate::domain::write::Plan, StorageError> {
-    let snapshot = batch::load(client, requests, accounts).await?;
+    let snapshot = batch::load(client, requests, accounts, targets).await?;
     let plan = decide(&snapshot, requests, ids);
     if plan.unbound.is_empty() {
         batch::write(client, &plan, &snapshot.clock).await?;

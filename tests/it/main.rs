@@ -18,6 +18,7 @@ mod history;
 mod holds;
 mod hostile;
 mod idempotency;
+mod lookups;
 pub mod ops;
 mod outbox;
 mod pages;

@@ -62,7 +62,8 @@ fn corrupt(s: &Snapshot, c: &Command) -> Option<LedgerError> {
 }
 
 /// The refusal of a new request the batch's clock makes invalid, or of a capture its hold
-/// does not allow (checked before the writer; checked again against the snapshot's hold).
+/// does not allow (checked by the lane before the batch; checked again against the snapshot's
+/// hold).
 fn untimely(s: &Snapshot, c: &Command) -> Option<LedgerError> {
     let now = s.clock.now;
     match c {

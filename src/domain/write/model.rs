@@ -648,7 +648,7 @@ fn resolve(op: Op, sent: &[Op], model: &Model, now: i64) -> Option<Op> {
             target,
             quarters,
         } => {
-            // The `target`-th hold (a capture of another posting is refused before the writer).
+            // The `target`-th hold (a capture of another posting is refused before the batch).
             let holds: Vec<usize> = (0..n)
                 .filter(|&i| matches!(model.postings[i].kind, MKind::Hold { .. }))
                 .collect();

@@ -12,7 +12,9 @@ use crate::domain::write::{
 };
 use crate::domain::LedgerError;
 use crate::storage::accounts::account_from_row;
-use crate::storage::read::{postings_by_sequence, stored_rejection};
+use crate::storage::read::{
+    postings_by_sequence, stored_rejection, with_state, Targets, TARGET_STATES_SQL,
+};
 use crate::storage::{StorageError, LEDGER_WRITE_LOCK};
 use std::collections::HashMap;
 use std::sync::RwLock;
@@ -57,43 +59,29 @@ const TOTALS_SQL: &str =
 const ACCOUNTS_SQL: &str = "SELECT a.account_id, a.code, a.currency, a.scale, a.normal_balance, a.allow_negative, a.metadata, a.created_at
      FROM unnest($1::bigint[]) AS x(id) JOIN accounts a ON a.account_id = x.id";
 
-/// The accounts of the postings the batch's voids, captures and expiries target (their legs
-/// that moved money, or were held), with their totals (sent only when there are targets).
-/// Legs, accounts and totals are looked up per target and per account (LATERAL … LIMIT 1):
-/// joined as whole tables, the planner scanned `entries` or `account_totals` on stale
-/// statistics, under the write lock (`the_writer_does_not_scan_tables_that_grew_after_its_statements_were_prepared`).
-const TARGET_ACCOUNTS_SQL: &str = "WITH ids AS (
-        SELECT DISTINCT l.account_id FROM unnest($1::uuid[]) AS x(id)
-        JOIN postings p ON p.posting_id = x.id
-        CROSS JOIN LATERAL (SELECT e.account_id FROM entries e WHERE e.sequence = p.sequence
-                            UNION ALL SELECT h.account_id FROM hold_legs h WHERE h.sequence = p.sequence) l)
-     SELECT r.* FROM ids CROSS JOIN LATERAL (
-        SELECT a.account_id, a.code, a.currency, a.scale, a.normal_balance, a.allow_negative, a.metadata, a.created_at,
-               t.debits::text AS debits, t.credits::text AS credits, t.version,
-               t.held_debits::text AS held_debits, t.held_credits::text AS held_credits
-        FROM accounts a JOIN account_totals t USING (account_id)
-        WHERE a.account_id = ids.account_id LIMIT 1) r";
-
 /// The rows of the batch's first round trip.
 struct FirstRows {
     claim: Vec<Row>,
     state: Row,
     totals: Vec<Row>,
     accounts: Vec<Row>,
+    /// The state of the targets ([`TARGET_STATES_SQL`]).
     targets: Vec<Row>,
 }
 
-/// Opens the batch's transaction and loads its [`Snapshot`]. Any error leaves the
-/// transaction to be rolled back (see [`super::rollback`]) and means nothing of the batch may
-/// be assumed.
+/// Opens the batch's transaction and loads its [`Snapshot`]; `targets` are the postings its
+/// voids, captures and expiries name, as the lane read them (their state is read here, under
+/// the lock). Any error leaves the transaction to be rolled back (see [`super::rollback`]) and
+/// means nothing of the batch may be assumed.
 pub async fn load(
     client: &deadpool_postgres::Client,
     requests: &[WriteRequest],
     cache: &RwLock<AccountCache>,
+    targets: &Targets,
 ) -> Result<Snapshot, StorageError> {
     assert!(!requests.is_empty(), "empty batch");
     let firsts = distinct_keys(requests);
-    let (ids, voids) = touched(requests, &firsts);
+    let (ids, voids) = touched(requests, &firsts, targets);
     // The rules of cached accounts are taken now: the cache may be emptied (when full) by
     // another batch before this one is decided.
     let mut found = Accounts::default();
@@ -119,41 +107,82 @@ pub async fn load(
         .zip(&claimed)
         .filter_map(|(&i, c)| c.and(requests[i].command.target()))
         .collect();
-    let (targets, corrupt_targets) = load_targets(client, &new_voids).await?;
-    found.read(&first.accounts, &first.targets, cache);
-    found.totals(&ids, &first.totals, &first.targets);
+    let (targets_now, corrupt_targets) = targets_now(targets, &new_voids, &first.targets);
+    found.read(&first.accounts, &targets.accounts, cache);
+    found.totals(&ids, &first.totals);
     Ok(Snapshot {
         clock,
         keys,
         accounts: found.states,
         account_ids: found.ids,
-        targets,
+        targets: targets_now,
         corrupt_accounts: found.corrupt,
         corrupt_targets,
     })
 }
 
-/// The accounts the batch's posts name (distinct) and the targets of its voids.
-fn touched(requests: &[WriteRequest], firsts: &[usize]) -> (Vec<i64>, Vec<Uuid>) {
+/// The accounts the batch's posts and captures name and those of its targets' legs (ids
+/// distinct), and the targets of its voids, captures and expiries.
+fn touched(
+    requests: &[WriteRequest],
+    firsts: &[usize],
+    targets: &Targets,
+) -> (Vec<i64>, Vec<Uuid>) {
     let mut ids: Vec<i64> = Vec::new();
     let mut voids: Vec<Uuid> = Vec::new();
     for &i in firsts {
         let command = &requests[i].command;
-        match command.target() {
-            Some(target) => voids.push(target),
-            None => {
-                if let Command::Post(p) = command {
-                    ids.extend(p.legs.iter().map(|l| l.account_id));
-                }
-            }
+        match command {
+            Command::Post(p) => ids.extend(p.legs.iter().map(|l| l.account_id)),
+            Command::Capture(c) => ids.extend(c.legs.iter().map(|l| l.account_id)),
+            Command::Void(_) | Command::Expire(_) => {}
         }
-        if let Command::Capture(c) = command {
-            ids.extend(c.legs.iter().map(|l| l.account_id));
+        if let Some(target) = command.target() {
+            voids.push(target);
+            let legs = targets.postings.get(&target).map(|p| &p.legs);
+            ids.extend(
+                legs.into_iter()
+                    .flatten()
+                    .filter_map(|l| targets.accounts.get(&l.account))
+                    .map(|a| a.id),
+            );
         }
     }
     ids.sort_unstable();
     ids.dedup();
+    voids.sort_unstable();
+    voids.dedup();
     (ids, voids)
+}
+
+/// The targets of the keys this batch claimed, each with its state now; a state that cannot be
+/// read (a closing posting of an unknown kind) is the refusal of the requests that name it.
+fn targets_now(
+    targets: &Targets,
+    claimed: &[Uuid],
+    states: &[Row],
+) -> (HashMap<Uuid, Posting>, HashMap<Uuid, LedgerError>) {
+    let states: HashMap<Uuid, &Row> = states.iter().map(|r| (r.get("id"), r)).collect();
+    let mut now = HashMap::new();
+    let mut corrupt = HashMap::new();
+    for id in claimed {
+        let p = targets
+            .postings
+            .get(id)
+            .unwrap_or_else(|| panic!("target {id} was read and checked by the lane"));
+        let state = states
+            .get(id)
+            .unwrap_or_else(|| panic!("a state row for target {id}"));
+        match with_state(p.clone(), state) {
+            Ok(p) => {
+                now.insert(*id, p);
+            }
+            Err(e) => {
+                corrupt.insert(*id, e.into_ledger_error());
+            }
+        }
+    }
+    (now, corrupt)
 }
 
 /// One round trip: BEGIN, claim, lock, state, accounts, run in this order. The claim comes
@@ -176,7 +205,7 @@ async fn first_round_trip(
         client.prepare_cached(CLAIM_SQL),
         client.prepare_cached(TOTALS_SQL),
         client.prepare_cached(ACCOUNTS_SQL),
-        client.prepare_cached(TARGET_ACCOUNTS_SQL),
+        client.prepare_cached(TARGET_STATES_SQL),
     )?;
     let callers: Vec<&str> = firsts
         .iter()
@@ -375,28 +404,6 @@ async fn load_postings_tolerant(
     }
 }
 
-/// The targets of the batch's new voids by id, and the refusals of those that are corrupt.
-async fn load_targets(
-    client: &deadpool_postgres::Client,
-    ids: &[Uuid],
-) -> Result<(HashMap<Uuid, Posting>, HashMap<Uuid, LedgerError>), StorageError> {
-    if ids.is_empty() {
-        return Ok((HashMap::new(), HashMap::new()));
-    }
-    let rows = client
-        .query(
-            "SELECT posting_id, sequence FROM postings WHERE posting_id = ANY($1)",
-            &[&ids],
-        )
-        .await?;
-    let id_of: HashMap<i64, Uuid> = rows.iter().map(|r| (r.get(1), r.get(0))).collect();
-    let seqs: Vec<i64> = id_of.keys().copied().collect();
-    let (good, bad) = load_postings_tolerant(client, &seqs).await?;
-    let good = good.into_values().map(|p| (p.posting_id, p)).collect();
-    let bad = bad.into_iter().map(|(s, e)| (id_of[&s], e)).collect();
-    Ok((good, bad))
-}
-
 /// The accounts a snapshot holds, as they are read.
 #[derive(Default)]
 struct Accounts {
@@ -408,10 +415,15 @@ struct Accounts {
 }
 
 impl Accounts {
-    /// The rules of the accounts read now (added to the cache) and of void targets' accounts.
-    fn read(&mut self, accounts: &[Row], targets: &[Row], cache: &RwLock<AccountCache>) {
+    /// The rules of the accounts read now and of the targets' accounts (added to the cache).
+    fn read(
+        &mut self,
+        accounts: &[Row],
+        targets: &HashMap<String, Account>,
+        cache: &RwLock<AccountCache>,
+    ) {
         let mut fresh: Vec<Account> = Vec::new();
-        for r in accounts.iter().chain(targets) {
+        for r in accounts {
             match account_from_row(r) {
                 Ok(a) => {
                     self.rules.insert(a.id, Rule::of(&a));
@@ -423,20 +435,19 @@ impl Accounts {
                 }
             }
         }
-        for r in targets {
-            let id: i64 = r.get("account_id");
-            if let Some(rule) = self.rules.get(&id) {
-                self.ids.insert(rule.code.clone(), id);
-            }
+        for a in targets.values() {
+            self.rules.insert(a.id, Rule::of(a));
+            self.ids.insert(a.code.clone(), a.id);
+            fresh.push(a.clone());
         }
         let n = fresh.len();
         cache.write().expect("account cache lock").fill(fresh, n);
     }
 
-    /// The totals of the posts' accounts (`ids`) and of the void targets' accounts; a missing
-    /// or impossible totals row is a corrupt account.
-    fn totals(&mut self, ids: &[i64], totals: &[Row], targets: &[Row]) {
-        for r in totals.iter().chain(targets) {
+    /// The totals of the batch's accounts (`ids`); a missing or impossible totals row is a
+    /// corrupt account.
+    fn totals(&mut self, ids: &[i64], totals: &[Row]) {
+        for r in totals {
             let id: i64 = r.get("account_id");
             if self.corrupt.contains_key(&id) || self.states.contains_key(&id) {
                 continue;
