@@ -45,6 +45,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0010_holds",
         include_str!("../../migrations/0010_holds.sql"),
     ),
+    (
+        "0011_closes_without_row_fk",
+        include_str!("../../migrations/0011_closes_without_row_fk.sql"),
+    ),
 ];
 
 /// Applies every migration not yet applied. Safe to run from several processes at once.

@@ -90,3 +90,46 @@ async fn the_database_refuses_a_second_close_of_one_hold() {
     assert_eq!(db_err.code().code(), "23505", "{}", db_err.message());
     assert_eq!(db_err.constraint(), Some("postings_hold_closed_once"));
 }
+
+/// A release names the hold it closes twice, as the posting it voids and as the hold it
+/// closes; the database refuses one whose two names differ (so the void's foreign key vouches
+/// for the hold a release closes).
+#[tokio::test]
+async fn the_database_refuses_a_release_that_is_not_the_void_of_the_hold_it_closes() {
+    let mut t = TestLedger::start().await;
+    t.standard_accounts(1).await;
+    let funding = t
+        .post(transfer("k", "equity:world", "acct:0", "1.00"))
+        .await
+        .unwrap()
+        .posting
+        .unwrap();
+    let hold = pb::PostRequest {
+        hold: true,
+        ..transfer("h", "acct:0", "equity:world", "0.50")
+    };
+    let h = t.post(hold).await.unwrap().posting.unwrap();
+    let db = t.db().await;
+    // A release of the open hold that voids the funding posting instead, as a bug or an
+    // intruder would write it.
+    let forged = format!(
+        "INSERT INTO idempotency_keys (caller, idempotency_key, operation, fingerprint, decided_at)
+           SELECT caller, 'forged', 'void', fingerprint, decided_at FROM idempotency_keys WHERE idempotency_key = 'h';
+         INSERT INTO postings (sequence, posting_id, caller, idempotency_key, effective_at, recorded_at, memo, metadata,
+                               key_id, voids_posting_id, void_reason, closes_hold_posting_id, close_kind)
+           SELECT 99, gen_random_uuid(), caller, 'forged', effective_at, recorded_at + interval '1 second', '', '{{}}',
+                  (SELECT key_id FROM idempotency_keys WHERE idempotency_key = 'forged'), '{}', 'forged', '{}', 'release'
+           FROM postings WHERE idempotency_key = 'h'",
+        funding.posting_id, h.posting_id
+    );
+    let err = db
+        .batch_execute(&forged)
+        .await
+        .expect_err("a forged release");
+    let db_err = err.as_db_error().expect("a database error");
+    assert_eq!(db_err.code().code(), "23514", "{}", db_err.message());
+    assert_eq!(
+        db_err.constraint(),
+        Some("postings_release_is_the_void_of_its_hold")
+    );
+}

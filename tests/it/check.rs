@@ -194,10 +194,20 @@ async fn ledger_check_verifies_held_totals_and_every_close_of_a_hold() {
         ),
         (
             format!(
-                "ALTER TABLE postings DROP CONSTRAINT postings_hold_closed_once;
+                "ALTER TABLE postings DROP CONSTRAINT postings_hold_closed_once,
+                   DROP CONSTRAINT postings_release_is_the_void_of_its_hold;
                  UPDATE postings SET closes_hold_posting_id = (SELECT posting_id FROM postings WHERE idempotency_key = 'h1')
                  WHERE sequence = {}",
                 seq("r")
+            ),
+            "every hold is closed at most once",
+        ),
+        (
+            // A capture naming no posting (no foreign key refuses it: migration 0011).
+            format!(
+                "ALTER TABLE postings DROP CONSTRAINT postings_hold_closed_once;
+                 UPDATE postings SET closes_hold_posting_id = gen_random_uuid() WHERE sequence = {}",
+                seq("c")
             ),
             "every hold is closed at most once",
         ),

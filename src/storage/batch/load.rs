@@ -436,9 +436,10 @@ impl Accounts {
             }
         }
         for a in targets.values() {
-            self.rules.insert(a.id, Rule::of(a));
             self.ids.insert(a.code.clone(), a.id);
-            fresh.push(a.clone());
+            if self.rules.insert(a.id, Rule::of(a)).is_none() {
+                fresh.push(a.clone());
+            }
         }
         let n = fresh.len();
         cache.write().expect("account cache lock").fill(fresh, n);
