@@ -2,6 +2,7 @@
 
 use super::accounts::{account_from_row, metadata_from_json, ACCOUNT_COLUMNS};
 use super::{StorageError, LEDGER_WRITE_LOCK};
+use crate::domain::account::AccountCache;
 use crate::domain::amount::{parse_stored, Amount};
 use crate::domain::engine::{available_of, balance_of};
 use crate::domain::record::{
@@ -10,6 +11,7 @@ use crate::domain::record::{
 use crate::domain::{Account, Direction, LedgerError, Reason};
 use deadpool_postgres::GenericClient;
 use std::collections::HashMap;
+use std::sync::RwLock;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -176,11 +178,26 @@ fn closes(h: &tokio_postgres::Row, sequence: i64) -> Result<Option<Closes>, Stor
         .map(|(hold, kind)| Closes { hold, kind }))
 }
 
-/// The next leg of posting `sequence`, which must be its leg number `expected`.
+/// The next leg of posting `sequence`, which must be its leg number `expected` (its account's
+/// code and scale joined as `code`, `scale`).
 fn posting_leg(
     l: &tokio_postgres::Row,
     sequence: i64,
     expected: usize,
+) -> Result<PostedLeg, StorageError> {
+    let account = l
+        .get::<_, Option<String>>("code")
+        .zip(l.get::<_, Option<i16>>("scale"));
+    leg_of(l, sequence, expected, account)
+}
+
+/// A leg row of posting `sequence` (number `expected`) on the account (code, scale) it names,
+/// `None` when that account does not exist.
+fn leg_of(
+    l: &tokio_postgres::Row,
+    sequence: i64,
+    expected: usize,
+    account: Option<(String, i16)>,
 ) -> Result<PostedLeg, StorageError> {
     let corrupt = |detail: String| StorageError::corrupt_posting(sequence, detail);
     let (leg_sequence, index): (i64, i16) = (l.get("sequence"), l.get("leg_index"));
@@ -193,10 +210,7 @@ fn posting_leg(
     if usize::try_from(index).ok() != Some(expected) {
         return Err(corrupt(format!("leg {index} where leg {expected} belongs")));
     }
-    let (Some(code), Some(scale)) = (
-        l.get::<_, Option<String>>("code"),
-        l.get::<_, Option<i16>>("scale"),
-    ) else {
+    let Some((code, scale)) = account else {
         return Err(corrupt(format!(
             "leg {index} names an account that does not exist"
         )));
@@ -240,16 +254,20 @@ const TARGET_HEADS_SQL: &str = "SELECT p.sequence, p.posting_id, p.caller, p.ide
      CROSS JOIN LATERAL (SELECT * FROM postings WHERE posting_id = x.id LIMIT 1) p
      ORDER BY p.sequence";
 
-/// The legs of those postings (entries or hold legs), each with its account whole.
-const TARGET_LEGS_SQL: &str = "SELECT l.sequence, l.leg_index, l.direction, l.amount::text AS amount, a.*
+/// The legs of those postings (entries or hold legs); their accounts come from the account
+/// cache (read only when it misses them).
+const TARGET_LEGS_SQL: &str = "SELECT l.sequence, l.leg_index, l.account_id, l.direction, l.amount::text AS amount
      FROM unnest($1::uuid[]) AS x(id)
      CROSS JOIN LATERAL (SELECT sequence FROM postings WHERE posting_id = x.id LIMIT 1) p
      CROSS JOIN LATERAL (
            SELECT sequence, leg_index, account_id, direction, amount FROM entries WHERE sequence = p.sequence
            UNION ALL
            SELECT sequence, leg_index, account_id, direction, amount FROM hold_legs WHERE sequence = p.sequence) l
-     LEFT JOIN LATERAL (SELECT {ACCOUNT_COLUMNS} FROM accounts a WHERE a.account_id = l.account_id LIMIT 1) a ON true
      ORDER BY l.sequence, l.leg_index";
+
+/// Accounts by id, whole (those the cache does not hold).
+const ACCOUNTS_BY_ID_SQL: &str = "SELECT r.* FROM unnest($1::bigint[]) AS x(id)
+     CROSS JOIN LATERAL (SELECT {ACCOUNT_COLUMNS} FROM accounts a WHERE a.account_id = x.id LIMIT 1) r";
 
 /// The state of those postings now, read under the write lock: the void of each and the
 /// posting that closed it (a hold), each looked up on its unique index.
@@ -287,18 +305,19 @@ pub struct Targets {
     pub accounts: HashMap<String, Account>,
 }
 
-/// Reads [`Targets`] by id (distinct): two statements, sent together.
+/// Reads [`Targets`] by id (distinct): two statements, sent together; their legs' accounts
+/// from `cache`, and those it misses in one more.
 pub async fn targets_by_id(
     client: &impl GenericClient,
     ids: &[Uuid],
+    cache: &RwLock<AccountCache>,
 ) -> Result<Targets, StorageError> {
     if ids.is_empty() {
         return Ok(Targets::default());
     }
-    let legs_sql = TARGET_LEGS_SQL.replace("{ACCOUNT_COLUMNS}", ACCOUNT_COLUMNS);
     let (heads_st, legs_st) = futures_util::future::try_join(
         client.prepare_cached(TARGET_HEADS_SQL),
-        client.prepare_cached(&legs_sql),
+        client.prepare_cached(TARGET_LEGS_SQL),
     )
     .await?;
     let (heads, legs) = futures_util::future::try_join(
@@ -306,6 +325,7 @@ pub async fn targets_by_id(
         client.query(&legs_st, &[&ids]),
     )
     .await?;
+    let accounts = leg_accounts(client, &legs, cache).await?;
     let mut legs_of: HashMap<i64, Vec<&tokio_postgres::Row>> = HashMap::new();
     for l in &legs {
         legs_of.entry(l.get("sequence")).or_default().push(l);
@@ -314,36 +334,77 @@ pub async fn targets_by_id(
     for h in &heads {
         let id: Uuid = h.get("posting_id");
         let rows = legs_of.remove(&h.get("sequence")).unwrap_or_default();
-        match target(h, &rows, &mut t.accounts) {
+        match target(h, &rows, &accounts) {
             Ok(p) => {
+                for l in &rows {
+                    if let Some(Ok(a)) = accounts.get(&l.get("account_id")) {
+                        t.accounts.insert(a.code.clone(), a.clone());
+                    }
+                }
                 t.postings.insert(id, p);
             }
             Err(e) => {
-                t.corrupt.insert(id, e.into_ledger_error());
+                t.corrupt.insert(id, e);
             }
         }
     }
     Ok(t)
 }
 
-/// One target from its head and leg rows, its legs' accounts added to `accounts`.
+/// The accounts the leg rows name, by id: from the cache, else read (an account row that
+/// cannot be read is its error); ids of no account are absent.
+async fn leg_accounts(
+    client: &impl GenericClient,
+    legs: &[tokio_postgres::Row],
+    cache: &RwLock<AccountCache>,
+) -> Result<HashMap<i64, Result<Account, LedgerError>>, StorageError> {
+    let mut found: HashMap<i64, Result<Account, LedgerError>> = HashMap::new();
+    let mut missing: Vec<i64> = Vec::new();
+    {
+        let cache = cache.read().expect("account cache lock");
+        for l in legs {
+            let id: i64 = l.get("account_id");
+            match cache.by_id(id) {
+                Some(a) => {
+                    found.entry(id).or_insert_with(|| Ok(a.clone()));
+                }
+                None => missing.push(id),
+            }
+        }
+    }
+    if missing.is_empty() {
+        return Ok(found);
+    }
+    missing.sort_unstable();
+    missing.dedup();
+    let sql = ACCOUNTS_BY_ID_SQL.replace("{ACCOUNT_COLUMNS}", ACCOUNT_COLUMNS);
+    let st = client.prepare_cached(&sql).await?;
+    for r in client.query(&st, &[&missing]).await? {
+        let account = account_from_row(&r).map_err(StorageError::into_ledger_error);
+        found.insert(r.get("account_id"), account);
+    }
+    Ok(found)
+}
+
+/// One target from its head and leg rows, on the accounts its legs name.
 fn target(
     head: &tokio_postgres::Row,
     legs: &[&tokio_postgres::Row],
-    accounts: &mut HashMap<String, Account>,
-) -> Result<Posting, StorageError> {
-    let mut p = posting_head(head)?;
+    accounts: &HashMap<i64, Result<Account, LedgerError>>,
+) -> Result<Posting, LedgerError> {
+    let mut p = posting_head(head).map_err(StorageError::into_ledger_error)?;
     let sequence = p.sequence as i64;
-    let mut found = Vec::with_capacity(legs.len());
     for (i, l) in legs.iter().enumerate() {
-        p.legs.push(posting_leg(l, sequence, i)?);
-        found.push(account_from_row(l)?);
+        let account = match accounts.get(&l.get("account_id")) {
+            Some(Ok(a)) => Some((a.code.clone(), i16::from(a.scale))),
+            Some(Err(e)) => return Err(e.clone()),
+            None => None,
+        };
+        let leg = leg_of(l, sequence, i, account).map_err(StorageError::into_ledger_error)?;
+        p.legs.push(leg);
     }
     p.check_sound()
-        .map_err(|e| StorageError::corrupt_posting(sequence, e))?;
-    for a in found {
-        accounts.insert(a.code.clone(), a);
-    }
+        .map_err(|e| StorageError::corrupt_posting(sequence, e).into_ledger_error())?;
     Ok(p)
 }
 

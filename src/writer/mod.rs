@@ -466,7 +466,7 @@ async fn apply_checked(
     queued: Vec<Queued>,
     accounts: &RwLock<AccountCache>,
 ) -> Result<Vec<Outcome>, StorageError> {
-    let (checked, targets) = targets::checked(client, queued).await?;
+    let (checked, targets) = targets::checked(client, queued, accounts).await?;
     let n = checked.len();
     let mut refused = HashMap::new();
     let mut ready = Vec::with_capacity(n);

@@ -7,11 +7,13 @@
 //! the state.
 
 use super::{PendingCapture, Queued};
+use crate::domain::account::AccountCache;
 use crate::domain::hold::PostingTerms;
 use crate::domain::write::{Command, WriteRequest};
 use crate::domain::{LedgerError, Reason};
 use crate::storage::read::{targets_by_id, Targets};
 use crate::storage::StorageError;
+use std::sync::RwLock;
 use uuid::Uuid;
 
 /// The batch's requests, each ready for `decide` or refused by its target (a posting that does
@@ -19,11 +21,12 @@ use uuid::Uuid;
 pub(super) async fn checked(
     client: &crate::storage::Conn,
     queued: Vec<Queued>,
+    accounts: &RwLock<AccountCache>,
 ) -> Result<(Vec<Result<WriteRequest, LedgerError>>, Targets), StorageError> {
     let mut ids: Vec<Uuid> = queued.iter().filter_map(target).collect();
     ids.sort_unstable();
     ids.dedup();
-    let targets = targets_by_id(client, &ids).await?;
+    let targets = targets_by_id(client, &ids, accounts).await?;
     let checked = queued.into_iter().map(|q| check(q, &targets)).collect();
     Ok((checked, targets))
 }
