@@ -2,64 +2,12 @@
 //! targets by the writer, for a whole batch at once, and a posting's void and closing posting
 //! are looked up on their own index entries, however many voids the journal holds.
 
+use crate::support::writes::{valid_transfer, void_of};
 use crate::support::*;
-use ledger::domain::posting::{LegRequest, PostRequest, VoidRequest};
 use ledger::domain::write::{Command, WriteRequest};
-use ledger::domain::{Direction, Metadata};
 use ledger::grpc::pb;
 use ledger::writer;
-use std::collections::HashMap;
 use std::time::Duration;
-
-/// Transfers of 0.01 from `equity:world` to `acct:0`, keys `{prefix}-{i}`, as the writer
-/// takes them.
-async fn transfers(db: &deadpool_postgres::Client, prefix: &str, n: usize) -> Vec<WriteRequest> {
-    let codes = vec!["equity:world".to_owned(), "acct:0".to_owned()];
-    let accounts: HashMap<_, _> = ledger::storage::accounts::get_many(db, &codes)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|a| (a.code.clone(), a))
-        .collect();
-    let leg = |account: &str, direction| LegRequest {
-        account: account.into(),
-        direction: Some(direction),
-        amount: "0.01".into(),
-    };
-    (0..n)
-        .map(|i| {
-            let req = PostRequest {
-                idempotency_key: format!("{prefix}-{i}"),
-                legs: vec![
-                    leg("acct:0", Direction::Debit),
-                    leg("equity:world", Direction::Credit),
-                ],
-                effective_at: None,
-                memo: String::new(),
-                metadata: Metadata::new(),
-                hold: false,
-                hold_expires_at: None,
-            };
-            WriteRequest {
-                caller: ledger::grpc::ANONYMOUS.into(),
-                command: Command::Post(req.validate(&accounts).unwrap()),
-            }
-        })
-        .collect()
-}
-
-fn void_of(target: uuid::Uuid, key: String) -> WriteRequest {
-    let req = VoidRequest {
-        idempotency_key: key,
-        posting_id: target.to_string(),
-        reason: "test".into(),
-        effective_at: None,
-    };
-    WriteRequest {
-        caller: ledger::grpc::ANONYMOUS.into(),
-        command: Command::Void(req.validate().unwrap()),
-    }
-}
 
 /// Index entries read through `index` so far, as this session sees them (its own reads
 /// flushed first).
@@ -85,7 +33,17 @@ async fn a_page_of_postings_looks_up_each_ones_void_on_its_index_not_every_void_
     // 5,000 postings, each voided: as many entries in the index of voids.
     let mut voided = Vec::new();
     for round in 0..5 {
-        let posts = transfers(&w, &format!("p{round}"), 1000).await;
+        let one = valid_transfer(&w, "one", "equity:world", "acct:0", "0.01").await;
+        let posts: Vec<WriteRequest> = (0..1000)
+            .map(|i| {
+                let mut p = one.clone();
+                let Command::Post(post) = &mut p.command else {
+                    unreachable!("a transfer is a post")
+                };
+                post.idempotency_key = format!("p{round}-{i}");
+                p
+            })
+            .collect();
         let out = writer::apply_alone(&w, &posts).await.unwrap();
         let voids: Vec<WriteRequest> = out
             .iter()
@@ -93,7 +51,7 @@ async fn a_page_of_postings_looks_up_each_ones_void_on_its_index_not_every_void_
             .map(|(i, o)| {
                 let p = &o.as_ref().unwrap().posting;
                 voided.push(p.sequence as i64);
-                void_of(p.posting_id, format!("v{round}-{i}"))
+                void_of(&p.posting_id, &format!("v{round}-{i}"))
             })
             .collect();
         let out = writer::apply_alone(&w, &voids).await.unwrap();

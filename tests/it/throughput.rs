@@ -2,54 +2,13 @@
 //! answers everyone `UNAVAILABLE` and writes nothing, several servers share one database
 //! safely, and `ledger bench` reports what it did.
 
+use crate::support::writes::{valid_transfer, void_of};
 use crate::support::*;
-use ledger::domain::posting::{LegRequest, PostRequest};
-use ledger::domain::write::{Command, WriteRequest};
-use ledger::domain::{Direction, Metadata, Reason};
+use ledger::domain::write::WriteRequest;
+use ledger::domain::Reason;
 use ledger::writer;
 use std::collections::HashMap;
 use tonic::Code;
-
-/// A validated two-leg transfer (debit `to`, credit `from`) for driving the batch directly.
-async fn valid_transfer(
-    db: &deadpool_postgres::Client,
-    key: &str,
-    from: &str,
-    to: &str,
-    amount: &str,
-) -> WriteRequest {
-    let req = PostRequest {
-        idempotency_key: key.into(),
-        legs: vec![
-            LegRequest {
-                account: to.into(),
-                direction: Some(Direction::Debit),
-                amount: amount.into(),
-            },
-            LegRequest {
-                account: from.into(),
-                direction: Some(Direction::Credit),
-                amount: amount.into(),
-            },
-        ],
-        effective_at: None,
-        memo: String::new(),
-        metadata: Metadata::new(),
-        hold: false,
-        hold_expires_at: None,
-    };
-    let codes = vec![from.to_owned(), to.to_owned()];
-    let accounts: HashMap<_, _> = ledger::storage::accounts::get_many(db, &codes)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|a| (a.code.clone(), a))
-        .collect();
-    WriteRequest {
-        caller: ledger::grpc::ANONYMOUS.into(),
-        command: Command::Post(req.validate(&accounts).expect("valid transfer")),
-    }
-}
 
 #[tokio::test]
 async fn a_batch_answers_its_accepted_rejected_and_duplicate_postings_each_on_their_own() {
@@ -321,20 +280,6 @@ async fn the_writer_does_not_scan_tables_that_grew_after_its_statements_were_pre
         scanned.is_empty(),
         "in 6 batches the writer read by sequential scans: {scanned:?}"
     );
-}
-
-/// A void of posting `target` under key `key`, for driving the batch directly.
-fn void_of(target: &uuid::Uuid, key: &str) -> WriteRequest {
-    let req = ledger::domain::posting::VoidRequest {
-        idempotency_key: key.into(),
-        posting_id: target.to_string(),
-        reason: "test".into(),
-        effective_at: None,
-    };
-    WriteRequest {
-        caller: ledger::grpc::ANONYMOUS.into(),
-        command: Command::Void(req.validate().expect("valid void")),
-    }
 }
 
 /// Makes every batch that writes a posting fail inside its transaction (at the outbox row).

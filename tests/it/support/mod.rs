@@ -7,6 +7,7 @@ pub mod ha;
 pub mod nats;
 pub mod pg;
 pub mod proxy;
+pub mod writes;
 
 use ledger::grpc::pb;
 use ledger::grpc::pb::ledger_client::LedgerClient;
