@@ -47,6 +47,11 @@ async fn post(c: &mut Client, r: pb::PostRequest) -> Result<pb::PostResponse, to
     c.post(r).await.map(|r| r.into_inner())
 }
 
+/// The posting a `Post` the ledger accepts records.
+async fn posted(c: &mut Client, r: pb::PostRequest) -> pb::Posting {
+    post(c, r).await.unwrap().posting.unwrap()
+}
+
 /// A capture of `hold` under `key`: the whole hold when `legs` is empty.
 async fn capture(
     c: &mut Client,
@@ -62,6 +67,11 @@ async fn capture(
     })
     .await
     .map(|r| r.into_inner())
+}
+
+/// The capturing posting of a capture the ledger accepts.
+async fn captured(c: &mut Client, key: &str, hold: &str, legs: Vec<pb::Leg>) -> pb::Posting {
+    capture(c, key, hold, legs).await.unwrap().posting.unwrap()
 }
 
 /// The capture legs of a hold paid by `from` to `to`, for `amount`.
@@ -209,11 +219,7 @@ async fn hold_reserves_funds_and_moves_none() {
 #[tokio::test]
 async fn a_partial_capture_moves_what_it_takes_and_releases_the_rest() {
     let mut t = funded("50.00").await;
-    let h = post(&mut t.client, hold("h", "acct:0", "acct:1", "20.00"))
-        .await
-        .unwrap()
-        .posting
-        .unwrap();
+    let h = posted(&mut t.client, hold("h", "acct:0", "acct:1", "20.00")).await;
     let c = capture(
         &mut t.client,
         "c",
@@ -239,16 +245,8 @@ async fn a_partial_capture_moves_what_it_takes_and_releases_the_rest() {
         ["15.00", "0.00", "0.00", "15.00"]
     );
     // With no legs, the whole hold.
-    let h2 = post(&mut t.client, hold("h2", "acct:0", "acct:1", "5.00"))
-        .await
-        .unwrap()
-        .posting
-        .unwrap();
-    let c2 = capture(&mut t.client, "c2", &h2.posting_id, vec![])
-        .await
-        .unwrap()
-        .posting
-        .unwrap();
+    let h2 = posted(&mut t.client, hold("h2", "acct:0", "acct:1", "5.00")).await;
+    let c2 = captured(&mut t.client, "c2", &h2.posting_id, vec![]).await;
     assert_eq!(c2.legs, legs("acct:0", "acct:1", "5.00"));
     assert_eq!(
         money(&t.balance("acct:0", None).await),
@@ -259,11 +257,7 @@ async fn a_partial_capture_moves_what_it_takes_and_releases_the_rest() {
 #[tokio::test]
 async fn a_capture_of_more_than_held_is_refused_and_writes_nothing() {
     let mut t = funded("50.00").await;
-    let h = post(&mut t.client, hold("h", "acct:0", "acct:1", "20.00"))
-        .await
-        .unwrap()
-        .posting
-        .unwrap();
+    let h = posted(&mut t.client, hold("h", "acct:0", "acct:1", "20.00")).await;
     let (postings, keys) = (t.count("postings").await, t.count("idempotency_keys").await);
     let e = capture(
         &mut t.client,
@@ -302,11 +296,7 @@ async fn a_capture_of_more_than_held_is_refused_and_writes_nothing() {
 #[tokio::test]
 async fn a_capture_naming_other_accounts_directions_or_legs_is_refused() {
     let mut t = funded("50.00").await;
-    let h = post(&mut t.client, hold("h", "acct:0", "acct:1", "20.00"))
-        .await
-        .unwrap()
-        .posting
-        .unwrap();
+    let h = posted(&mut t.client, hold("h", "acct:0", "acct:1", "20.00")).await;
     let cases = [
         ("another account", legs("acct:0", "acct:2", "5.00")),
         ("swapped directions", legs("acct:1", "acct:0", "5.00")),
@@ -339,12 +329,7 @@ async fn a_capture_naming_other_accounts_directions_or_legs_is_refused() {
 #[tokio::test]
 async fn only_a_hold_can_be_captured() {
     let mut t = funded("50.00").await;
-    let p = t
-        .post(transfer("p", "acct:0", "acct:1", "1.00"))
-        .await
-        .unwrap()
-        .posting
-        .unwrap();
+    let p = posted(&mut t.client, transfer("p", "acct:0", "acct:1", "1.00")).await;
     let e = capture(&mut t.client, "c", &p.posting_id, vec![])
         .await
         .unwrap_err();
@@ -363,16 +348,8 @@ async fn only_a_hold_can_be_captured() {
 #[tokio::test]
 async fn a_hold_is_closed_once_and_a_second_close_names_the_posting_that_closed_it() {
     let mut t = funded("50.00").await;
-    let h = post(&mut t.client, hold("h", "acct:0", "acct:1", "20.00"))
-        .await
-        .unwrap()
-        .posting
-        .unwrap();
-    let first = capture(&mut t.client, "c1", &h.posting_id, vec![])
-        .await
-        .unwrap()
-        .posting
-        .unwrap();
+    let h = posted(&mut t.client, hold("h", "acct:0", "acct:1", "20.00")).await;
+    let first = captured(&mut t.client, "c1", &h.posting_id, vec![]).await;
     for again in 0..2 {
         // A second capture, and its retry: the refusal is bound to the key.
         let e = capture(&mut t.client, "c2", &h.posting_id, vec![])
@@ -385,11 +362,7 @@ async fn a_hold_is_closed_once_and_a_second_close_names_the_posting_that_closed_
     let e = void(&mut t.client, "v", &h.posting_id).await.unwrap_err();
     assert_error(&e, Code::FailedPrecondition, "HOLD_NOT_PENDING");
     // A released hold: neither captured nor released again.
-    let h2 = post(&mut t.client, hold("h2", "acct:0", "acct:1", "20.00"))
-        .await
-        .unwrap()
-        .posting
-        .unwrap();
+    let h2 = posted(&mut t.client, hold("h2", "acct:0", "acct:1", "20.00")).await;
     let release = void(&mut t.client, "r", &h2.posting_id)
         .await
         .unwrap()
@@ -435,14 +408,11 @@ async fn six_holds_of_1000_on_a_balance_of_5000_accept_five_and_the_refused_one_
     let mut held = Vec::new();
     for i in 0..5 {
         held.push(
-            post(
+            posted(
                 &mut t.client,
                 hold(&format!("h{i}"), "acct:0", "acct:1", "1000.00"),
             )
-            .await
-            .unwrap()
-            .posting
-            .unwrap(),
+            .await,
         );
     }
     let sixth = post(&mut t.client, hold("h5", "acct:0", "acct:1", "1000.00"))
@@ -484,11 +454,7 @@ async fn replays_of_a_hold_a_capture_and_a_release_answer_the_same_posting() {
         .await
         .unwrap();
     let h = first.posting.clone().unwrap();
-    let h2 = post(&mut t.client, hold("h2", "acct:0", "acct:1", "10.00"))
-        .await
-        .unwrap()
-        .posting
-        .unwrap();
+    let h2 = posted(&mut t.client, hold("h2", "acct:0", "acct:1", "10.00")).await;
     let c = capture(
         &mut t.client,
         "c",
@@ -537,11 +503,7 @@ async fn replays_of_a_hold_a_capture_and_a_release_answer_the_same_posting() {
 #[tokio::test]
 async fn thirty_two_concurrent_captures_of_one_hold_make_one_capture() {
     let mut t = funded("50.00").await;
-    let h = post(&mut t.client, hold("h", "acct:0", "acct:1", "20.00"))
-        .await
-        .unwrap()
-        .posting
-        .unwrap();
+    let h = posted(&mut t.client, hold("h", "acct:0", "acct:1", "20.00")).await;
     let mut tasks = Vec::new();
     for i in 0..32 {
         let mut c = t.new_client().await;
@@ -573,14 +535,11 @@ async fn thirty_two_concurrent_captures_of_one_hold_make_one_capture() {
 async fn a_capture_racing_a_release_of_one_hold_lets_exactly_one_win() {
     let mut t = funded("500.00").await;
     for round in 0..10 {
-        let h = post(
+        let h = posted(
             &mut t.client,
             hold(&format!("h{round}"), "acct:0", "acct:1", "20.00"),
         )
-        .await
-        .unwrap()
-        .posting
-        .unwrap();
+        .await;
         let (mut a, mut b) = (t.new_client().await, t.new_client().await);
         let (id_a, id_b) = (h.posting_id.clone(), h.posting_id.clone());
         let cap = tokio::spawn(async move {
@@ -649,14 +608,11 @@ async fn released(c: &mut Client, hold: &str, within: StdDuration) -> pb::Postin
 async fn a_hold_expiring_in_a_second_is_released_by_the_ledger_within_the_bound() {
     let mut t = funded("50.00").await;
     let until = OffsetDateTime::now_utc() + Duration::seconds(1);
-    let h = post(
+    let h = posted(
         &mut t.client,
         hold_until("h", "acct:0", "acct:1", "20.00", until),
     )
-    .await
-    .unwrap()
-    .posting
-    .unwrap();
+    .await;
     assert_eq!(odt(&h.hold_expires_at), micros(until));
     let release = released(&mut t.client, &h.posting_id, StdDuration::from_secs(5)).await;
     assert_eq!(release.caller, "ledger");
@@ -710,14 +666,11 @@ async fn a_capture_or_release_after_the_expiry_time_is_refused_before_the_releas
         .await
         .unwrap();
     let until = OffsetDateTime::now_utc() + Duration::milliseconds(300);
-    let h = post(
+    let h = posted(
         &mut t.client,
         hold_until("h", "acct:0", "acct:1", "20.00", until),
     )
-    .await
-    .unwrap()
-    .posting
-    .unwrap();
+    .await;
     tokio::time::sleep(StdDuration::from_millis(500)).await;
     for retry in 0..2 {
         let e = capture(&mut t.client, "c", &h.posting_id, vec![])
@@ -777,14 +730,11 @@ async fn holds_that_expired_while_the_server_was_stopped_are_released_at_start_u
     let mut holds = Vec::new();
     for i in 0..3 {
         holds.push(
-            post(
+            posted(
                 &mut t.client,
                 hold_until(&format!("h{i}"), "acct:0", "acct:1", "5.00", until),
             )
-            .await
-            .unwrap()
-            .posting
-            .unwrap(),
+            .await,
         );
     }
     t.server.take().unwrap().shutdown().await.unwrap();
@@ -825,11 +775,7 @@ async fn holds_that_expired_while_the_server_was_stopped_are_released_at_start_u
 async fn as_of_on_the_recorded_clock_shows_the_holds_open_then_and_their_state_then() {
     let mut t = funded("50.00").await;
     let before = t.balance("acct:0", None).await.as_of.unwrap().recorded_at;
-    let h = post(&mut t.client, hold("h", "acct:0", "acct:1", "20.00"))
-        .await
-        .unwrap()
-        .posting
-        .unwrap();
+    let h = posted(&mut t.client, hold("h", "acct:0", "acct:1", "20.00")).await;
     let open = t.balance("acct:0", None).await.as_of.unwrap().recorded_at;
     capture(
         &mut t.client,
@@ -904,17 +850,14 @@ async fn as_of_on_the_recorded_clock_shows_the_holds_open_then_and_their_state_t
 async fn as_of_on_the_effective_clock_places_a_back_dated_hold_and_capture_at_their_times() {
     let mut t = funded("50.00").await;
     let now = OffsetDateTime::now_utc();
-    let h = post(
+    let h = posted(
         &mut t.client,
         pb::PostRequest {
             effective_at: Some(ts(now - Duration::days(2))),
             ..hold("h", "acct:0", "acct:1", "20.00")
         },
     )
-    .await
-    .unwrap()
-    .posting
-    .unwrap();
+    .await;
     let c = t
         .client
         .capture(pb::CaptureRequest {
@@ -973,11 +916,7 @@ async fn as_of_on_the_effective_clock_places_a_back_dated_hold_and_capture_at_th
 #[tokio::test]
 async fn twenty_copies_of_one_capture_racing_make_one_capture_and_nineteen_replays() {
     let mut t = funded("50.00").await;
-    let h = post(&mut t.client, hold("h", "acct:0", "acct:1", "20.00"))
-        .await
-        .unwrap()
-        .posting
-        .unwrap();
+    let h = posted(&mut t.client, hold("h", "acct:0", "acct:1", "20.00")).await;
     let mut tasks = Vec::new();
     for _ in 0..20 {
         let mut c = t.new_client().await;
