@@ -348,6 +348,15 @@ impl VoidRequest {
     }
 }
 
+/// The refusal of a request naming a posting that does not exist.
+pub fn posting_not_found(id: Uuid) -> LedgerError {
+    LedgerError::new(
+        Reason::PostingNotFound,
+        format!("posting {id} does not exist"),
+    )
+    .with("posting_id", id)
+}
+
 /// Parses a posting id; anything that is not one is reported as not found.
 pub fn parse_posting_id(id: &str) -> Result<Uuid, LedgerError> {
     Uuid::try_parse(id).map_err(|_| {

@@ -211,7 +211,7 @@ impl Ledger {
         storage::read::posting_by_id(&client, id)
             .await
             .map_err(unavailable)?
-            .ok_or_else(|| crate::writer::not_found(id))
+            .ok_or_else(|| crate::domain::posting::posting_not_found(id))
     }
 
     /// A posting by id, at a cut-off.

@@ -379,10 +379,16 @@ async fn leg_accounts(
     missing.dedup();
     let sql = ACCOUNTS_BY_ID_SQL.replace("{ACCOUNT_COLUMNS}", ACCOUNT_COLUMNS);
     let st = client.prepare_cached(&sql).await?;
+    let mut fresh = Vec::new();
     for r in client.query(&st, &[&missing]).await? {
         let account = account_from_row(&r).map_err(StorageError::into_ledger_error);
+        if let Ok(a) = &account {
+            fresh.push(a.clone());
+        }
         found.insert(r.get("account_id"), account);
     }
+    let n = fresh.len();
+    cache.write().expect("account cache lock").fill(fresh, n);
     Ok(found)
 }
 

@@ -13,8 +13,6 @@
 
 mod targets;
 
-pub use targets::not_found;
-
 use crate::domain::account::AccountCache;
 use crate::domain::hold::CaptureRequest;
 use crate::domain::write::{decide, Outcome, WriteRequest};

@@ -9,8 +9,9 @@
 use super::{PendingCapture, Queued};
 use crate::domain::account::AccountCache;
 use crate::domain::hold::PostingTerms;
+use crate::domain::posting::posting_not_found;
 use crate::domain::write::{Command, WriteRequest};
-use crate::domain::{LedgerError, Reason};
+use crate::domain::LedgerError;
 use crate::storage::read::{targets_by_id, Targets};
 use crate::storage::StorageError;
 use std::sync::RwLock;
@@ -50,7 +51,7 @@ fn check(q: Queued, targets: &Targets) -> Result<WriteRequest, LedgerError> {
         return Err(e.clone());
     }
     let Some(found) = targets.postings.get(&id) else {
-        return Err(not_found(id));
+        return Err(posting_not_found(id));
     };
     match q {
         Queued::Ready(r) => Ok(r),
@@ -75,13 +76,4 @@ fn capture(
         caller: c.caller,
         command: Command::Capture(valid),
     })
-}
-
-/// The refusal of a capture or void of a posting that does not exist.
-pub fn not_found(id: Uuid) -> LedgerError {
-    LedgerError::new(
-        Reason::PostingNotFound,
-        format!("posting {id} does not exist"),
-    )
-    .with("posting_id", id)
 }

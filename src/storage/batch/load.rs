@@ -82,19 +82,26 @@ pub async fn load(
     assert!(!requests.is_empty(), "empty batch");
     let firsts = distinct_keys(requests);
     let (ids, voids) = touched(requests, &firsts, targets);
-    // The rules of cached accounts are taken now: the cache may be emptied (when full) by
-    // another batch before this one is decided.
+    // The rules of the targets' accounts (as the lane read them) and of cached accounts are
+    // taken now: the cache may be emptied (when full) by another batch before this one is
+    // decided.
     let mut found = Accounts::default();
+    found.of_targets(&targets.accounts);
     let uncached: Vec<i64> = {
         let cache = cache.read().expect("account cache lock");
         ids.iter()
             .copied()
-            .filter(|&id| match cache.by_id(id) {
-                Some(a) => {
-                    found.rules.insert(id, Rule::of(a));
-                    false
+            .filter(|&id| {
+                if found.rules.contains_key(&id) {
+                    return false;
                 }
-                None => true,
+                match cache.by_id(id) {
+                    Some(a) => {
+                        found.rules.insert(id, Rule::of(a));
+                        false
+                    }
+                    None => true,
+                }
             })
             .collect()
     };
@@ -108,7 +115,7 @@ pub async fn load(
         .filter_map(|(&i, c)| c.and(requests[i].command.target()))
         .collect();
     let (targets_now, corrupt_targets) = targets_now(targets, &new_voids, &first.targets);
-    found.read(&first.accounts, &targets.accounts, cache);
+    found.read(&first.accounts, cache);
     found.totals(&ids, &first.totals);
     Ok(Snapshot {
         clock,
@@ -415,13 +422,16 @@ struct Accounts {
 }
 
 impl Accounts {
-    /// The rules of the accounts read now and of the targets' accounts (added to the cache).
-    fn read(
-        &mut self,
-        accounts: &[Row],
-        targets: &HashMap<String, Account>,
-        cache: &RwLock<AccountCache>,
-    ) {
+    /// The rules and ids of the targets' accounts.
+    fn of_targets(&mut self, targets: &HashMap<String, Account>) {
+        for a in targets.values() {
+            self.rules.insert(a.id, Rule::of(a));
+            self.ids.insert(a.code.clone(), a.id);
+        }
+    }
+
+    /// The rules of the accounts read now (added to the cache).
+    fn read(&mut self, accounts: &[Row], cache: &RwLock<AccountCache>) {
         let mut fresh: Vec<Account> = Vec::new();
         for r in accounts {
             match account_from_row(r) {
@@ -433,12 +443,6 @@ impl Accounts {
                     self.corrupt
                         .insert(r.get("account_id"), e.into_ledger_error());
                 }
-            }
-        }
-        for a in targets.values() {
-            self.ids.insert(a.code.clone(), a.id);
-            if self.rules.insert(a.id, Rule::of(a)).is_none() {
-                fresh.push(a.clone());
             }
         }
         let n = fresh.len();
