@@ -7,7 +7,7 @@
 
 use async_nats::jetstream::{self, consumer::pull};
 use futures_util::StreamExt;
-use ledger::grpc::pb::PostingEvent;
+use ledger_server::grpc::pb::PostingEvent;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -21,13 +21,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 
     let js = jetstream::new(async_nats::connect(url).await?);
     let consumer = js
-        .get_stream(ledger::outbox::STREAM)
+        .get_stream(ledger_server::outbox::STREAM)
         .await?
         .get_or_create_consumer(
             &name,
             pull::Config {
                 durable_name: Some(name.clone()),
-                filter_subject: ledger::outbox::SUBJECT.into(),
+                filter_subject: ledger_server::outbox::SUBJECT.into(),
                 ..Default::default()
             },
         )

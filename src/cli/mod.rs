@@ -1,7 +1,7 @@
 //! The `ledger` command line: serve, migrate, and the operator and client commands.
 
-use crate::embedded_pg::{EmbeddedPg, EmbeddedPgError, PgOptions};
-use crate::server::{self, ServerOptions};
+use ledger_server::embedded_pg::{EmbeddedPg, EmbeddedPgError, PgOptions};
+use ledger_server::server::{self, ServerOptions};
 mod tuning;
 
 use clap::{Parser, Subcommand};
@@ -109,14 +109,14 @@ struct OutboxArgs {
     nats_url: Option<String>,
     /// Replicas of the JetStream stream `LEDGER` when the publisher creates it (3 on a
     /// three-server cluster rides through the loss of one; an existing stream keeps its own).
-    #[arg(long, env = "LEDGER_NATS_REPLICAS", default_value_t = crate::outbox::DEFAULT_STREAM_REPLICAS)]
+    #[arg(long, env = "LEDGER_NATS_REPLICAS", default_value_t = ledger_server::outbox::DEFAULT_STREAM_REPLICAS)]
     nats_replicas: usize,
     /// Delivered outbox rows older than this are deleted (e.g. 7d, 12h, 30m, 0s).
-    #[arg(long, env = "LEDGER_OUTBOX_RETENTION", default_value = "7d", value_parser = crate::outbox::parse_duration)]
+    #[arg(long, env = "LEDGER_OUTBOX_RETENTION", default_value = "7d", value_parser = ledger_server::outbox::parse_duration)]
     outbox_retention: Duration,
     /// De-duplication window of the JetStream stream `LEDGER` when the publisher creates it.
     /// It must cover the publisher's restart time.
-    #[arg(long, env = "LEDGER_NATS_DUPLICATE_WINDOW", default_value = "2m", value_parser = crate::outbox::parse_duration)]
+    #[arg(long, env = "LEDGER_NATS_DUPLICATE_WINDOW", default_value = "2m", value_parser = ledger_server::outbox::parse_duration)]
     nats_duplicate_window: Duration,
     /// Crash tests only: where the publisher aborts the process (outbox-before-publish,
     /// outbox-after-publish-before-progress). Never in production.
@@ -132,16 +132,17 @@ impl OutboxArgs {
         database_url: &str,
         login: Option<&str>,
         role: Option<&str>,
-    ) -> Result<Option<crate::outbox::PublisherOptions>, BoxError> {
-        let failpoint = crate::outbox::Failpoint::parse_optional(self.failpoint.as_deref())?;
+    ) -> Result<Option<ledger_server::outbox::PublisherOptions>, BoxError> {
+        let failpoint =
+            ledger_server::outbox::Failpoint::parse_optional(self.failpoint.as_deref())?;
         let Some(nats_url) = set(self.nats_url.clone()) else {
             return Ok(None);
         };
-        crate::outbox::nats_servers(&nats_url)?;
+        ledger_server::outbox::nats_servers(&nats_url)?;
         if self.nats_replicas == 0 {
             return Err("--nats-replicas must be at least 1".into());
         }
-        Ok(Some(crate::outbox::PublisherOptions {
+        Ok(Some(ledger_server::outbox::PublisherOptions {
             database_url: database_url.to_owned(),
             db_login: login.map(str::to_owned),
             db_role: role.map(str::to_owned),
@@ -290,7 +291,7 @@ impl OpsArgs {
         let auth = self
             .auth_tokens
             .as_deref()
-            .map(crate::access::auth::AuthFile::load)
+            .map(ledger_server::access::auth::AuthFile::load)
             .transpose()?;
         let tls = match (&self.tls_cert, &self.tls_key) {
             (Some(cert), Some(key)) => Some(server::TlsPem::load(
@@ -303,12 +304,12 @@ impl OpsArgs {
         let db_role = match self.db_role.as_deref() {
             Some("") => None,
             Some(r) => Some(r.to_owned()),
-            None if embedded => Some(crate::storage::APP_ROLE.to_owned()),
+            None if embedded => Some(ledger_server::storage::APP_ROLE.to_owned()),
             None => None,
         };
         // The embedded cluster trusts its socket: the service logs in as its own login there,
         // not as the superuser that owns the schema (which still runs the migrations).
-        let db_login = embedded.then(|| crate::storage::roles::SERVICE_LOGIN.to_owned());
+        let db_login = embedded.then(|| ledger_server::storage::roles::SERVICE_LOGIN.to_owned());
         Ok(server::OpsOptions {
             auth,
             tls,
@@ -379,7 +380,7 @@ fn init_logging() {
     }
 }
 
-use crate::BoxError;
+use ledger_server::BoxError;
 
 /// Whether a command may use the embedded PostgreSQL of a data directory another process
 /// holds (see [`database`]).
@@ -498,16 +499,16 @@ async fn relay(
     let Some(opts) = outbox.publisher(database_url, None, None)? else {
         return Err("ledger relay needs --nats-url (env LEDGER_NATS_URL)".into());
     };
-    crate::storage::migrate(database_url).await?;
+    ledger_server::storage::migrate(database_url).await?;
     let _metrics = match metrics_listen {
         Some(addr) => {
-            let pool = crate::storage::pool(database_url, RELAY_METRICS_POOL)?;
-            Some(crate::metrics::serve(addr, pool).await?)
+            let pool = ledger_server::storage::pool(database_url, RELAY_METRICS_POOL)?;
+            Some(ledger_server::metrics::serve(addr, pool).await?)
         }
         None => None,
     };
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let mut publisher = tokio::spawn(crate::outbox::run(opts, stopped));
+    let mut publisher = tokio::spawn(ledger_server::outbox::run(opts, stopped));
     tokio::select! {
         _ = shutdown_signal() => {
             tracing::info!("shutting down: the publisher stops after its current batch");
@@ -522,18 +523,18 @@ async fn relay(
 
 /// `ledger token new`: a new token, and the auth-file line that holds its hash.
 fn token(caller: &str, role: &str) -> Result<ExitCode, BoxError> {
-    crate::access::auth::validate_caller(caller)?;
-    let role = crate::access::auth::Role::parse(role)
+    ledger_server::access::auth::validate_caller(caller)?;
+    let role = ledger_server::access::auth::Role::parse(role)
         .ok_or_else(|| format!("role {role:?} is not `writer` or `reader`"))?;
-    let token = crate::access::auth::new_token();
-    let line = crate::access::auth::auth_line(caller, role, &token);
+    let token = ledger_server::access::auth::new_token();
+    let line = ledger_server::access::auth::auth_line(caller, role, &token);
     print(&format!("{token}\n{line}\n"))?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// Applies the pending migrations and says which.
 async fn migrate(url: &str) -> Result<ExitCode, BoxError> {
-    let applied = crate::storage::migrate(url).await?;
+    let applied = ledger_server::storage::migrate(url).await?;
     let applied = if applied.is_empty() {
         "none (up to date)".to_string()
     } else {
@@ -574,8 +575,8 @@ fn client(r: Result<(), crate::tools::ToolError>) -> Result<ExitCode, BoxError> 
 /// Prints the invariant report; the exit code is 1 when any invariant is violated.
 async fn check(url: &str) -> Result<ExitCode, BoxError> {
     use std::fmt::Write as _;
-    let mut client = crate::storage::connect(url).await?;
-    let findings = crate::storage::check::run(&mut client).await?;
+    let mut client = ledger_server::storage::connect(url).await?;
+    let findings = ledger_server::storage::check::run(&mut client).await?;
     let mut violated = 0;
     let mut report = String::new();
     for f in &findings {
@@ -605,7 +606,7 @@ async fn check(url: &str) -> Result<ExitCode, BoxError> {
 async fn serve(
     listen: SocketAddr,
     database_url: String,
-    tuning: crate::tuning::Tuning,
+    tuning: ledger_server::tuning::Tuning,
     outbox: OutboxArgs,
     ops: server::OpsOptions,
 ) -> Result<(), BoxError> {
@@ -625,7 +626,7 @@ async fn serve(
     // The outbox publisher in-process (--nats-url); it stops after its current batch.
     let (stop_publisher, publisher_stopped) = tokio::sync::watch::channel(false);
     let publisher = match publisher_opts {
-        Some(opts) => Some(crate::outbox::spawn(opts, publisher_stopped)),
+        Some(opts) => Some(ledger_server::outbox::spawn(opts, publisher_stopped)),
         None => {
             tracing::info!("no --nats-url: the outbox publisher is off; events wait in the outbox until `ledger relay` or `ledger serve --nats-url` delivers them");
             None

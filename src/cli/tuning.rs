@@ -2,15 +2,19 @@
 //! environment variable and its default (the named limit), all shown by `--help`; together
 //! they build the one [`Tuning`] value the server is given.
 
-use crate::outbox::parse_duration;
-use crate::storage::replica::{
+use ledger_server::outbox::parse_duration;
+use ledger_server::storage::replica::{
     ReplicaTuning, REPLICA_CONNECT_TIMEOUT, REPLICA_POOL_SIZE, REPLICA_PROBE_INTERVAL,
     REPLICA_READ_TIMEOUT, REPLICA_WAIT_TIMEOUT,
 };
-use crate::storage::{PoolTuning, DB_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, POOL_WAIT_TIMEOUT};
-use crate::transport::{self, TransportLimits};
-use crate::tuning::{Tuning, DRAIN_TIMEOUT};
-use crate::writer::{WriterTuning, BATCH_TIMEOUT, MAX_BATCH, MAX_WRITE_QUEUE, WRITER_LANES};
+use ledger_server::storage::{
+    PoolTuning, DB_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, POOL_WAIT_TIMEOUT,
+};
+use ledger_server::transport::{self, TransportLimits};
+use ledger_server::tuning::{Tuning, DRAIN_TIMEOUT};
+use ledger_server::writer::{
+    WriterTuning, BATCH_TIMEOUT, MAX_BATCH, MAX_WRITE_QUEUE, WRITER_LANES,
+};
 use std::time::Duration;
 
 /// A duration on the command line, shown as it is written (`500ms`, `30s`).
@@ -59,7 +63,7 @@ pub struct TuningArgs {
     #[arg(long, env = "LEDGER_BATCH_TIMEOUT", default_value_t = Span(BATCH_TIMEOUT))]
     batch_timeout: Span,
     /// Accounts kept in memory, at most (limit MAX_CACHED_ACCOUNTS).
-    #[arg(long, env = "LEDGER_MAX_CACHED_ACCOUNTS", default_value_t = crate::domain::account::AccountCache::MAX_CACHED_ACCOUNTS)]
+    #[arg(long, env = "LEDGER_MAX_CACHED_ACCOUNTS", default_value_t = ledger_core::account::AccountCache::MAX_CACHED_ACCOUNTS)]
     max_cached_accounts: usize,
     /// Longest wait for requests in flight at shutdown (limit DRAIN_TIMEOUT).
     #[arg(long, env = "LEDGER_DRAIN_TIMEOUT", default_value_t = Span(DRAIN_TIMEOUT))]
@@ -92,7 +96,7 @@ pub struct TuningArgs {
     /// How often the expiry task looks for holds whose expiry time has passed (default
     /// HOLD_EXPIRY_POLL). Releases are recorded within HOLD_EXPIRY_LAG_MAX (1s) of the expiry
     /// time only while this stays at most half of it.
-    #[arg(long, env = "LEDGER_HOLD_EXPIRY_POLL", default_value_t = Span(crate::service::expiry::HOLD_EXPIRY_POLL))]
+    #[arg(long, env = "LEDGER_HOLD_EXPIRY_POLL", default_value_t = Span(ledger_server::service::expiry::HOLD_EXPIRY_POLL))]
     hold_expiry_poll: Span,
     /// Connections to each standby of --replica-url, at most (limit REPLICA_POOL_SIZE).
     #[arg(long, env = "LEDGER_REPLICA_POOL_SIZE", default_value_t = REPLICA_POOL_SIZE)]

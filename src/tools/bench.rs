@@ -16,12 +16,12 @@
 //! It prints progress every second to stderr and, as the last line on stdout, one JSON object
 //! with the results. The client's own retries are off: every error is counted.
 
-use crate::BoxError;
 use hdrhistogram::Histogram;
 use ledger_client::{
     Client, ClientOptions, Decimal, Error, NewAccount, NewCapture, NewPosting, NewVoid,
     NormalBalance, Posted, Reason, RetryPolicy,
 };
+use ledger_server::BoxError;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -99,7 +99,7 @@ pub struct BenchArgs {
 impl BenchArgs {
     /// Options that could not make a run are refused by name.
     fn check(&self) -> Result<(), String> {
-        use crate::domain::limits::{MAX_BATCH_REQUESTS, MAX_LEGS};
+        use ledger_core::limits::{MAX_BATCH_REQUESTS, MAX_LEGS};
         if self.legs < 2 || self.legs > MAX_LEGS {
             return Err(format!(
                 "--legs must be 2..={MAX_LEGS} (limit MAX_LEGS), got {}",

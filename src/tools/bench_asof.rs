@@ -10,18 +10,18 @@
 //!
 //! Prints a readable summary and, as its last line, a JSON summary.
 
-use crate::embedded_pg::{EmbeddedPg, PgOptions};
-use crate::grpc::pb;
-use crate::grpc::pb::ledger_client::LedgerClient;
-use crate::server::{self, OpsOptions, ServerOptions};
-use crate::storage::fixture::{Fixture, History};
 use hdrhistogram::Histogram;
+use ledger_server::embedded_pg::{EmbeddedPg, PgOptions};
+use ledger_server::grpc::pb;
+use ledger_server::grpc::pb::ledger_client::LedgerClient;
+use ledger_server::server::{self, OpsOptions, ServerOptions};
+use ledger_server::storage::fixture::{Fixture, History};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 
-use crate::BoxError;
+use ledger_server::BoxError;
 
 /// The hot account the scenario loads and queries.
 pub const HOT: &str = "bench:hot";
@@ -82,8 +82,8 @@ pub async fn run(args: BenchAsOfArgs) -> Result<ExitCode, BoxError> {
     // On its own PostgreSQL the server logs in as `ledger serve` does on the embedded one.
     let ops = match pg {
         Some(_) => OpsOptions {
-            db_login: Some(crate::storage::roles::SERVICE_LOGIN.to_owned()),
-            db_role: Some(crate::storage::APP_ROLE.to_owned()),
+            db_login: Some(ledger_server::storage::roles::SERVICE_LOGIN.to_owned()),
+            db_role: Some(ledger_server::storage::APP_ROLE.to_owned()),
             ..Default::default()
         },
         None => Default::default(),
@@ -98,7 +98,7 @@ pub async fn run(args: BenchAsOfArgs) -> Result<ExitCode, BoxError> {
 }
 
 async fn scenario(args: &BenchAsOfArgs, url: &str, ops: OpsOptions) -> Result<(), BoxError> {
-    crate::storage::migrate(url).await?;
+    ledger_server::storage::migrate(url).await?;
     let db = Fixture::open(url).await?;
     let (load_secs, irregular) = load(&db, args).await?;
     let server = server::start(ServerOptions {

@@ -3,15 +3,13 @@
 //! snapshot of accounts held in memory as storage would load them. A timed loop, repeated;
 //! the median of the repetitions is reported.
 
-use crate::domain::account::{Account, Metadata, NormalBalance};
-use crate::domain::amount::Amount;
-use crate::domain::engine::{Rule, Totals};
-use crate::domain::posting::{LegRequest, PostRequest};
-use crate::domain::write::{
-    decide, AccountState, Clock, Command, KeyState, Snapshot, WriteRequest,
-};
-use crate::domain::Direction;
-use crate::BoxError;
+use ledger_core::account::{Account, Metadata, NormalBalance};
+use ledger_core::amount::Amount;
+use ledger_core::engine::{Rule, Totals};
+use ledger_core::posting::{LegRequest, PostRequest};
+use ledger_core::write::{decide, AccountState, Clock, Command, KeyState, Snapshot, WriteRequest};
+use ledger_core::Direction;
+use ledger_server::BoxError;
 use std::collections::HashMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};

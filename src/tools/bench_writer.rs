@@ -9,12 +9,12 @@
 //!
 //! Prints, as its last line, a JSON summary.
 
-use crate::domain::account::{AccountCache, NewAccount};
-use crate::domain::posting::{LegRequest, PostRequest};
-use crate::domain::write::{decide, Command, WriteRequest};
-use crate::domain::{Account, Direction, NormalBalance};
-use crate::storage::{self, accounts::Created, batch, Conn};
-use crate::BoxError;
+use ledger_core::account::{AccountCache, NewAccount};
+use ledger_core::posting::{LegRequest, PostRequest};
+use ledger_core::write::{decide, Command, WriteRequest};
+use ledger_core::{Account, Direction, NormalBalance};
+use ledger_server::storage::{self, accounts::Created, batch, Conn};
+use ledger_server::BoxError;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -35,7 +35,7 @@ pub struct BenchWriterArgs {
     #[arg(long, default_value_t = 100)]
     pub batch: usize,
     /// Batches in flight at once, each on its own connection (as the writer's lanes).
-    #[arg(long, default_value_t = crate::writer::WRITER_LANES)]
+    #[arg(long, default_value_t = ledger_server::writer::WRITER_LANES)]
     pub lanes: usize,
     /// How long to run, in seconds.
     #[arg(long, default_value_t = 10.0)]
@@ -73,7 +73,7 @@ impl Steps {
 
 /// Runs the benchmark and prints its JSON summary.
 pub async fn run(args: BenchWriterArgs) -> Result<(), BoxError> {
-    let max = crate::domain::limits::MAX_BATCH_REQUESTS;
+    let max = ledger_core::limits::MAX_BATCH_REQUESTS;
     if args.batch == 0 || args.batch > max || args.lanes == 0 || args.accounts < 2 {
         return Err(format!("--batch must be 1..={max} (MAX_BATCH_REQUESTS), --lanes at least 1, --accounts at least 2").into());
     }
@@ -142,8 +142,8 @@ async fn setup(
             )
         })
         .collect();
-    for chunk in fund.chunks(crate::writer::MAX_BATCH) {
-        crate::writer::apply_alone(conn, chunk).await?;
+    for chunk in fund.chunks(ledger_server::writer::MAX_BATCH) {
+        ledger_server::writer::apply_alone(conn, chunk).await?;
     }
     Ok(accounts)
 }
@@ -161,7 +161,7 @@ fn request(
             .map(|(account, direction, minor)| LegRequest {
                 account: (*account).to_owned(),
                 direction: Some(*direction),
-                amount: crate::domain::amount::format_minor(i128::from(*minor), 2),
+                amount: ledger_core::amount::format_minor(i128::from(*minor), 2),
             })
             .collect(),
         effective_at: None,
@@ -238,7 +238,7 @@ async fn run_lane(
         let ids: Vec<uuid::Uuid> = requests.iter().map(|_| uuid::Uuid::now_v7()).collect();
         let t0 = Instant::now();
         // Posts only: no voids, captures or expiries, so no targets.
-        let targets = crate::storage::read::Targets::default();
+        let targets = ledger_server::storage::read::Targets::default();
         let snapshot = batch::load(conn, &requests, cache, &targets).await;
         let t1 = Instant::now();
         let snapshot = match snapshot {

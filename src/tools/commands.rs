@@ -6,8 +6,8 @@
 
 use super::output::{self, Format};
 use super::{parse_time, ClientArgs, ToolError};
-use crate::grpc::convert::time_to_pb;
-use crate::grpc::pb;
+use ledger_server::grpc::convert::time_to_pb;
+use ledger_server::grpc::pb;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use time::OffsetDateTime;
@@ -410,7 +410,7 @@ async fn list_accounts(prefix: &str, common: &Common) -> Result<(), ToolError> {
     loop {
         let req = pb::ListAccountsRequest {
             prefix: prefix.to_owned(),
-            page_size: crate::domain::limits::MAX_PAGE_SIZE,
+            page_size: ledger_core::limits::MAX_PAGE_SIZE,
             page_token: token,
         };
         let page = client.list_accounts(req).await?.into_inner();

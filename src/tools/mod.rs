@@ -150,7 +150,7 @@ pub fn show_system_time(t: std::time::SystemTime) -> String {
 /// A protobuf timestamp in RFC 3339 (empty when absent).
 pub fn show_ts(t: &Option<prost_types::Timestamp>) -> String {
     let Some(ts) = t else { return String::new() };
-    crate::grpc::convert::time_from_pb("time", ts)
+    ledger_server::grpc::convert::time_from_pb("time", ts)
         .map(show_time)
         .unwrap_or_else(|_| format!("{}s", ts.seconds))
 }

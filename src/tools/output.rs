@@ -4,7 +4,7 @@
 //! times in RFC 3339, default values included).
 
 use super::show_ts;
-use crate::grpc::pb;
+use ledger_server::grpc::pb;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 

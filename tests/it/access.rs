@@ -2,10 +2,10 @@
 //! application role, limits, metrics.
 
 use crate::support::*;
-use ledger::access::auth::{auth_line, new_token, AuthFile, Role};
-use ledger::grpc::pb;
-use ledger::grpc::pb::ledger_client::LedgerClient;
-use ledger::server::{OpsOptions, TlsPem};
+use ledger_server::access::auth::{auth_line, new_token, AuthFile, Role};
+use ledger_server::grpc::pb;
+use ledger_server::grpc::pb::ledger_client::LedgerClient;
+use ledger_server::server::{OpsOptions, TlsPem};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use tonic::{Code, Request};
 
@@ -484,7 +484,8 @@ async fn the_application_role_cannot_update_delete_or_truncate_journal_rows() {
         .await
         .unwrap();
     let pool =
-        ledger::storage::pool_as(&t.database_url, 1, Some(ledger::storage::APP_ROLE)).unwrap();
+        ledger_server::storage::pool_as(&t.database_url, 1, Some(ledger_server::storage::APP_ROLE))
+            .unwrap();
     let db = pool.get().await.unwrap();
     let who: String = db
         .query_one("SELECT current_user::text", &[])

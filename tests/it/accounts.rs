@@ -1,7 +1,7 @@
 //! Accounts: idempotent creation by code, conflicts, lookups, listing.
 
 use crate::support::*;
-use ledger::grpc::pb;
+use ledger_server::grpc::pb;
 use tonic::Code;
 
 fn create(code: &str, currency: &str, scale: u32) -> pb::CreateAccountRequest {

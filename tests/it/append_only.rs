@@ -1,7 +1,7 @@
 //! The journal is append-only, and the database itself says so.
 
 use crate::support::*;
-use ledger::grpc::pb;
+use ledger_server::grpc::pb;
 
 #[tokio::test]
 async fn update_delete_and_truncate_on_journal_tables_fail() {

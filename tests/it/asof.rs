@@ -3,7 +3,7 @@
 //! writers and readers; page tokens.
 
 use crate::support::*;
-use ledger::grpc::pb;
+use ledger_server::grpc::pb;
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration as StdDuration;
@@ -12,10 +12,10 @@ use tonic::Code;
 
 // ---------- helpers ----------
 
-use ledger::grpc::convert::time_to_pb as ts;
+use ledger_server::grpc::convert::time_to_pb as ts;
 
 fn odt(t: &Option<prost_types::Timestamp>) -> OffsetDateTime {
-    ledger::grpc::convert::time_from_pb("timestamp", t.as_ref().expect("timestamp")).unwrap()
+    ledger_server::grpc::convert::time_from_pb("timestamp", t.as_ref().expect("timestamp")).unwrap()
 }
 
 fn as_of(r: Option<OffsetDateTime>, e: Option<OffsetDateTime>) -> Option<pb::AsOf> {

@@ -4,7 +4,7 @@
 
 use crate::support::*;
 use crate::throughput::{break_outbox, journal_counts};
-use ledger::grpc::pb;
+use ledger_server::grpc::pb;
 use prost::Message;
 use std::collections::HashMap;
 use tonic::Code;
@@ -216,7 +216,7 @@ async fn a_batch_answers_each_request_exactly_as_post_answers_the_same_requests_
 #[tokio::test]
 async fn a_batch_of_max_batch_requests_is_decided_whole_in_order_and_one_more_is_refused_naming_the_limit(
 ) {
-    const MAX: usize = ledger::domain::limits::MAX_BATCH_REQUESTS;
+    const MAX: usize = ledger_core::limits::MAX_BATCH_REQUESTS;
     let mut t = TestLedger::start().await;
     t.standard_accounts(10).await;
     let requests = |n: usize, run: &str| {
@@ -369,7 +369,7 @@ async fn a_batch_over_its_byte_limit_is_refused_whole_naming_it_while_two_mib_pa
 
     let too_big: Vec<_> = (0..240).map(|i| heavy(format!("big-{i}"))).collect();
     let size = batch(too_big.clone()).encoded_len();
-    assert!(size > ledger::domain::limits::MAX_BATCH_REQUEST_BYTES);
+    assert!(size > ledger_core::limits::MAX_BATCH_REQUEST_BYTES);
     let e = t.client.post_batch(batch(too_big)).await.unwrap_err();
     assert_error(&e, Code::InvalidArgument, "LIMIT_EXCEEDED");
     assert!(e.message().contains("MAX_BATCH_REQUEST_BYTES"), "{e:?}");
@@ -458,10 +458,9 @@ async fn a_batch_is_decided_whole_in_its_order_under_concurrent_load_so_each_req
 
 /// The answer of a call submitted to `writer` now; returns once it is queued (150 ms later).
 async fn queue(
-    writer: &ledger::writer::Writer,
-    commands: Vec<ledger::domain::write::Command>,
-) -> tokio::task::JoinHandle<Result<Vec<ledger::domain::write::Outcome>, ledger::domain::LedgerError>>
-{
+    writer: &ledger_server::writer::Writer,
+    commands: Vec<ledger_core::write::Command>,
+) -> tokio::task::JoinHandle<Result<Vec<ledger_core::write::Outcome>, ledger_core::LedgerError>> {
     let w = writer.clone();
     let handle = tokio::spawn(async move { w.submit_all("anonymous", commands).await });
     tokio::time::sleep(std::time::Duration::from_millis(150)).await;
@@ -470,13 +469,13 @@ async fn queue(
 
 /// A post for driving the writer directly: `amount` from `from` to `to`.
 fn post_command(
-    accounts: &HashMap<String, ledger::domain::Account>,
+    accounts: &HashMap<String, ledger_core::Account>,
     key: &str,
     from: &str,
     to: &str,
-) -> ledger::domain::write::Command {
-    use ledger::domain::posting::{LegRequest, PostRequest};
-    use ledger::domain::Direction;
+) -> ledger_core::write::Command {
+    use ledger_core::posting::{LegRequest, PostRequest};
+    use ledger_core::Direction;
     let leg = |account: &str, d| LegRequest {
         account: account.into(),
         direction: Some(d),
@@ -491,7 +490,7 @@ fn post_command(
         hold: false,
         hold_expires_at: None,
     };
-    ledger::domain::write::Command::Post(req.validate(accounts).expect("valid"))
+    ledger_core::write::Command::Post(req.validate(accounts).expect("valid"))
 }
 
 /// The accounts of `standard_accounts(6)` by code, and a writer of its own on the test's
@@ -499,16 +498,16 @@ fn post_command(
 async fn observed_writer(
     t: &TestLedger,
 ) -> (
-    HashMap<String, ledger::domain::Account>,
-    ledger::writer::Writer,
+    HashMap<String, ledger_core::Account>,
+    ledger_server::writer::Writer,
     std::sync::Arc<std::sync::Mutex<Vec<usize>>>,
 ) {
-    let pool = ledger::storage::pool(&t.database_url, 2).unwrap();
+    let pool = ledger_server::storage::pool(&t.database_url, 2).unwrap();
     let codes: Vec<String> = ["equity:world".to_string()]
         .into_iter()
         .chain((0..6).map(|i| format!("acct:{i}")))
         .collect();
-    let accounts = ledger::storage::accounts::get_many(&pool.get().await.unwrap(), &codes)
+    let accounts = ledger_server::storage::accounts::get_many(&pool.get().await.unwrap(), &codes)
         .await
         .unwrap()
         .into_iter()
@@ -516,13 +515,13 @@ async fn observed_writer(
         .collect();
     let batches = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = batches.clone();
-    let writer = ledger::writer::Writer::spawn(
+    let writer = ledger_server::writer::Writer::spawn(
         pool,
         Default::default(),
         Some(std::sync::Arc::new(move |size, _ok| {
             seen.lock().unwrap().push(size)
         })),
-        ledger::writer::WriterTuning {
+        ledger_server::writer::WriterTuning {
             lanes: 1,
             batch_max: 4,
             queue_max: 12,
@@ -564,7 +563,7 @@ async fn a_call_is_queued_whole_or_refused_whole_naming_max_write_queue_and_deci
     // 9 of 12 requests waiting: a call of 4 does not fit, nor one larger than the queue.
     let four = (0..4).map(|i| single(&format!("four-{i}"))).collect();
     let e = writer.submit_all("anonymous", four).await.unwrap_err();
-    assert_eq!(e.reason, ledger::domain::Reason::StorageUnavailable);
+    assert_eq!(e.reason, ledger_core::Reason::StorageUnavailable);
     assert!(e.message.contains("MAX_WRITE_QUEUE"), "{}", e.message);
     assert!(
         e.message.contains("room for 3 of the call's 4"),
@@ -605,7 +604,7 @@ async fn a_call_is_queued_whole_or_refused_whole_naming_max_write_queue_and_deci
 #[tokio::test]
 async fn batch_calls_and_their_requests_per_call_are_counted_in_the_metrics() {
     use crate::ops::{sample, scrape};
-    let mut t = TestLedger::start_with(ledger::server::OpsOptions {
+    let mut t = TestLedger::start_with(ledger_server::server::OpsOptions {
         metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
         ..app_role_ops()
     })

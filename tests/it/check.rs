@@ -2,7 +2,7 @@
 
 use crate::faults::ledger_check;
 use crate::support::*;
-use ledger::grpc::pb;
+use ledger_server::grpc::pb;
 
 #[tokio::test]
 async fn ledger_check_passes_on_a_sound_ledger_and_fails_on_each_corruption() {
@@ -151,7 +151,7 @@ async fn ledger_with_holds() -> TestLedger {
     t.client.void(release).await.unwrap();
     let soon = OffsetDateTime::now_utc() + Duration::milliseconds(200);
     t.post(pb::PostRequest {
-        hold_expires_at: Some(ledger::grpc::convert::time_to_pb(soon)),
+        hold_expires_at: Some(ledger_server::grpc::convert::time_to_pb(soon)),
         ..hold("h3", "5.00")
     })
     .await

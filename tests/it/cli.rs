@@ -3,8 +3,8 @@
 
 use crate::access::Pki;
 use crate::support::*;
-use ledger::access::auth::{auth_line, new_token, AuthFile, Role};
-use ledger::server::{OpsOptions, TlsPem};
+use ledger_server::access::auth::{auth_line, new_token, AuthFile, Role};
+use ledger_server::server::{OpsOptions, TlsPem};
 use serde_json::Value;
 use std::process::Output;
 

@@ -5,11 +5,11 @@
 use crate::faults::assert_exactly_once;
 use crate::ops::{sample, scrape};
 use crate::support::*;
-use ledger::grpc::pb;
 use ledger_client::{
     Client, ClientOptions, Decimal, ErrorKind, NewAccount, NewPosting, NormalBalance, Reason,
     RetryPolicy,
 };
+use ledger_server::grpc::pb;
 use std::process::{Child, Command};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -274,7 +274,7 @@ async fn coalescing_under_200_concurrent_tasks_sends_fewer_calls_than_posts_and_
     eprintln!("{TASKS} concurrent posts went in {calls} PostBatch calls");
     server.kill().unwrap();
     server.wait().unwrap();
-    let db = ledger::storage::connect(&url).await.unwrap();
+    let db = ledger_server::storage::connect(&url).await.unwrap();
     let n: i64 = db
         .query_one("SELECT count(*) FROM postings", &[])
         .await
@@ -362,7 +362,7 @@ async fn the_client_example_of_the_docs_runs_against_a_real_server() {
         let md = std::fs::read_to_string(format!("{root}/{doc}")).unwrap();
         assert_eq!(tokens(&rust_block(&md)), tokens(&ours), "{doc}");
     }
-    let lib = std::fs::read_to_string(format!("{root}/client/src/lib.rs")).unwrap();
+    let lib = std::fs::read_to_string(format!("{root}/crates/client/src/lib.rs")).unwrap();
     let crate_doc: String = lib
         .lines()
         .filter_map(|l| l.strip_prefix("//!"))
@@ -374,7 +374,7 @@ async fn the_client_example_of_the_docs_runs_against_a_real_server() {
     assert_eq!(
         tokens(&rust_block(&crate_doc)),
         tokens(&ours),
-        "client/src/lib.rs"
+        "crates/client/src/lib.rs"
     );
     assert!(ours.len() >= 10, "{ours:?}");
 }
@@ -460,7 +460,7 @@ async fn a_hold_through_the_client_reserves_funds_and_a_partial_capture_posts_pa
 
 #[test]
 fn the_client_knows_every_reason_the_ledger_can_answer_and_no_other() {
-    let ledger: Vec<&str> = ledger::domain::error::ALL_REASONS
+    let ledger: Vec<&str> = ledger_core::error::ALL_REASONS
         .iter()
         .map(|r| r.as_str())
         .collect();

@@ -4,11 +4,11 @@
 
 use crate::ops::{sample, scrape};
 use crate::support::*;
-use ledger::domain::posting::{LegRequest, PostRequest, VoidRequest};
-use ledger::domain::write::{Command, WriteRequest};
-use ledger::domain::Direction;
-use ledger::grpc::pb;
-use ledger::server::OpsOptions;
+use ledger_core::posting::{LegRequest, PostRequest, VoidRequest};
+use ledger_core::write::{Command, WriteRequest};
+use ledger_core::Direction;
+use ledger_server::grpc::pb;
+use ledger_server::server::OpsOptions;
 use tonic::Code;
 
 /// Inserts, as `ledger_app`, a posting of one leg (5.00 debit on `acct:0`) keyed
@@ -186,13 +186,13 @@ async fn writes_touching_a_corrupt_posting_are_refused_without_binding_their_key
 
 /// Requests for one batch: a void of `target`, then posts `p0..pN` of 1.00 each.
 async fn mixed_batch(
-    pool: &ledger::storage::Pool,
+    pool: &ledger_server::storage::Pool,
     target: uuid::Uuid,
     posts: usize,
 ) -> Vec<WriteRequest> {
     let db = pool.get().await.unwrap();
     let codes = vec!["equity:world".to_string(), "acct:0".to_string()];
-    let accounts = ledger::storage::accounts::get_many(&db, &codes)
+    let accounts = ledger_server::storage::accounts::get_many(&db, &codes)
         .await
         .unwrap()
         .into_iter()
@@ -242,14 +242,14 @@ async fn a_batch_with_a_void_of_a_corrupt_posting_refuses_that_void_and_commits_
         .await
         .unwrap();
     let (sequence, id) = insert_one_leg_posting(&t, "intruded").await;
-    let pool = ledger::storage::pool(&t.database_url, 2).unwrap();
+    let pool = ledger_server::storage::pool(&t.database_url, 2).unwrap();
     let batch = mixed_batch(&pool, id, 3).await;
     let client = pool.get().await.unwrap();
-    let outcomes = ledger::writer::apply_alone(&client, &batch)
+    let outcomes = ledger_server::writer::apply_alone(&client, &batch)
         .await
         .expect("the batch commits");
     let refused = outcomes[0].as_ref().unwrap_err();
-    assert_eq!(refused.reason, ledger::domain::Reason::JournalCorrupt);
+    assert_eq!(refused.reason, ledger_core::Reason::JournalCorrupt);
     assert!(refused.message.contains(&format!("sequence {sequence}")));
     for (i, o) in outcomes[1..].iter().enumerate() {
         let d = o.as_ref().unwrap_or_else(|e| panic!("post p{i}: {e}"));

@@ -1,7 +1,7 @@
 //! The default mode: `ledger serve` without a database URL runs its own PostgreSQL.
 
 use crate::support::*;
-use ledger::grpc::pb;
+use ledger_server::grpc::pb;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -230,7 +230,7 @@ async fn ledger_command(args: &[&std::ffi::OsStr]) -> std::process::Output {
 /// commits.
 async fn assert_still_serving(data_dir: &std::path::Path, postmaster: i32, port: u16, key: &str) {
     // Long enough for the health probe to have seen a stopped database (it looks every 2 s).
-    tokio::time::sleep(ledger::server::HEALTH_PROBE_INTERVAL * 3).await;
+    tokio::time::sleep(ledger_server::server::HEALTH_PROBE_INTERVAL * 3).await;
     assert_eq!(
         postmaster_pid(data_dir),
         Some(postmaster),
@@ -353,13 +353,14 @@ async fn a_second_serve_on_a_data_dir_in_use_refuses_at_once_naming_the_first_on
 
 /// A superuser session on the embedded PostgreSQL of `data_dir`, to look at it from outside.
 async fn embedded_superuser(data_dir: &std::path::Path) -> tokio_postgres::Client {
-    let socket_dir =
-        ledger::embedded_pg::EmbeddedPg::socket_dir_for(&std::fs::canonicalize(data_dir).unwrap());
+    let socket_dir = ledger_server::embedded_pg::EmbeddedPg::socket_dir_for(
+        &std::fs::canonicalize(data_dir).unwrap(),
+    );
     let url = format!(
         "host={} port=5432 user=postgres dbname=ledger application_name=test-probe",
         socket_dir.display()
     );
-    ledger::storage::connect(&url)
+    ledger_server::storage::connect(&url)
         .await
         .expect("the embedded PostgreSQL answers")
 }
@@ -377,7 +378,7 @@ async fn the_embedded_server_and_its_outbox_publisher_log_in_as_a_login_that_is_
         .await
         .unwrap();
     let db = embedded_superuser(&dir.0).await;
-    let publisher_lock = ledger::storage::PUBLISHER_LOCK & 0xffff_ffff;
+    let publisher_lock = ledger_server::storage::PUBLISHER_LOCK & 0xffff_ffff;
     let began = Instant::now();
     let publisher = loop {
         let row = db

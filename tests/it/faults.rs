@@ -4,8 +4,8 @@
 
 use crate::support::proxy::Proxy;
 use crate::support::*;
-use ledger::grpc::pb;
-use ledger::grpc::pb::ledger_client::LedgerClient;
+use ledger_server::grpc::pb;
+use ledger_server::grpc::pb::ledger_client::LedgerClient;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -129,7 +129,7 @@ async fn load(addr: String, clients: usize, per_client: usize, tally: Arc<Tally>
 
 /// After a run: exactly one posting per key, the balance is their sum, `ledger check` passes.
 pub async fn assert_exactly_once(url: &str, clients: usize, per_client: usize) {
-    let db = ledger::storage::connect(url).await.unwrap();
+    let db = ledger_server::storage::connect(url).await.unwrap();
     let n = (clients * per_client) as i64;
     let row = db
         .query_one(
@@ -158,7 +158,7 @@ async fn an_ambiguous_commit_answers_unavailable_and_the_retry_finds_the_posting
     let (pg, url) = pg::private_cluster().await;
     let mut t = TestLedger::on_database(url.clone()).await;
     t.standard_accounts(1).await;
-    let admin = ledger::storage::connect(&url).await.unwrap();
+    let admin = ledger_server::storage::connect(&url).await.unwrap();
     // Commits now wait for a standby that does not exist.
     admin
         .batch_execute("ALTER SYSTEM SET synchronous_standby_names = 'ghost'")
@@ -223,11 +223,11 @@ async fn a_connection_cut_during_a_batch_answers_unavailable_and_the_retry_posts
     let mut t = TestLedger::on_database(through).await;
     t.standard_accounts(1).await;
     // Hold the ledger's write lock from outside: the writer's batch stops inside its transaction.
-    let blocker = ledger::storage::connect(&direct).await.unwrap();
+    let blocker = ledger_server::storage::connect(&direct).await.unwrap();
     blocker
         .execute(
             "SELECT pg_advisory_lock($1)",
-            &[&ledger::storage::LEDGER_WRITE_LOCK],
+            &[&ledger_server::storage::LEDGER_WRITE_LOCK],
         )
         .await
         .unwrap();
@@ -236,7 +236,7 @@ async fn a_connection_cut_during_a_batch_answers_unavailable_and_the_retry_posts
         c.post(transfer("cut", "equity:world", "acct:0", "4.00"))
             .await
     });
-    let admin = ledger::storage::connect(&direct).await.unwrap();
+    let admin = ledger_server::storage::connect(&direct).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     while admin
         .query_one(
@@ -260,7 +260,7 @@ async fn a_connection_cut_during_a_batch_answers_unavailable_and_the_retry_posts
     blocker
         .execute(
             "SELECT pg_advisory_unlock($1)",
-            &[&ledger::storage::LEDGER_WRITE_LOCK],
+            &[&ledger_server::storage::LEDGER_WRITE_LOCK],
         )
         .await
         .unwrap();

@@ -7,7 +7,7 @@
 use crate::faults::{is_unknown, ledger_check};
 use crate::support::ha::PgHa;
 use crate::support::*;
-use ledger::grpc::pb;
+use ledger_server::grpc::pb;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -21,11 +21,11 @@ const FAILOVER_WITHIN: Duration = Duration::from_secs(45);
 /// The migrated ledger database of a formation, with the service's login; its multi-host URL.
 async fn ledger_on(ha: &PgHa) -> String {
     let url = ha.url();
-    ledger::storage::migrate(&url)
+    ledger_server::storage::migrate(&url)
         .await
         .expect("migrations on the primary");
-    let admin = ledger::storage::connect(&url).await.unwrap();
-    ledger::storage::roles::ensure_service_login(&admin)
+    let admin = ledger_server::storage::connect(&url).await.unwrap();
+    ledger_server::storage::roles::ensure_service_login(&admin)
         .await
         .unwrap();
     url
@@ -171,7 +171,7 @@ async fn assert_nothing_acknowledged_lost(
     keys: usize,
     acked: &HashMap<String, (String, u64)>,
 ) {
-    let db = ledger::storage::connect(url).await.unwrap();
+    let db = ledger_server::storage::connect(url).await.unwrap();
     let rows = db
         .query(
             "SELECT idempotency_key, posting_id::text, sequence FROM postings",
@@ -301,7 +301,9 @@ async fn a_batch_in_flight_when_the_primary_dies_answers_unavailable_and_its_ret
         c.post(transfer("in-flight", "equity:world", "acct:0", "7.00"))
             .await
     });
-    let primary = ledger::storage::connect(&ha.node_url(0)).await.unwrap();
+    let primary = ledger_server::storage::connect(&ha.node_url(0))
+        .await
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let waiting: i64 = primary
@@ -370,7 +372,7 @@ async fn a_commit_whose_wait_for_the_standby_is_cancelled_answers_unavailable_no
     let (pg, url) = pg::private_cluster().await;
     let mut t = TestLedger::on_database(url.clone()).await;
     t.standard_accounts(1).await;
-    let admin = ledger::storage::connect(&url).await.unwrap();
+    let admin = ledger_server::storage::connect(&url).await.unwrap();
     // Commits now wait for a standby that does not exist.
     for sql in [
         "ALTER SYSTEM SET synchronous_standby_names = 'ghost'",
@@ -428,11 +430,11 @@ async fn a_commit_whose_wait_for_the_standby_is_cancelled_answers_unavailable_no
 
 /// A recorded or effective time of a posting.
 fn time_of(t: &Option<prost_types::Timestamp>) -> time::OffsetDateTime {
-    ledger::grpc::convert::time_from_pb("time", t.as_ref().unwrap()).unwrap()
+    ledger_server::grpc::convert::time_from_pb("time", t.as_ref().unwrap()).unwrap()
 }
 
 fn as_of(r: Option<time::OffsetDateTime>, e: Option<time::OffsetDateTime>) -> Option<pb::AsOf> {
-    let ts = ledger::grpc::convert::time_to_pb;
+    let ts = ledger_server::grpc::convert::time_to_pb;
     Some(pb::AsOf {
         recorded_at: r.map(ts),
         effective_at: e.map(ts),
@@ -505,7 +507,7 @@ async fn as_of_reads_served_by_the_standby_equal_the_primarys_and_a_standby_behi
     let url = ledger_on(&ha).await;
     // The primary alone, and a server reading from node2 (the standby) where it can.
     let mut primary = TestLedger::on_database(url.clone()).await;
-    let ops = ledger::server::OpsOptions {
+    let ops = ledger_server::server::OpsOptions {
         replica_urls: vec![ha.node_url(1)],
         metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
         ..app_role_ops()
@@ -528,10 +530,10 @@ async fn as_of_reads_served_by_the_standby_equal_the_primarys_and_a_standby_behi
             );
             req.effective_at = match i % 3 {
                 0 => None,
-                1 => Some(ledger::grpc::convert::time_to_pb(
+                1 => Some(ledger_server::grpc::convert::time_to_pb(
                     now - time::Duration::hours(i),
                 )),
-                _ => Some(ledger::grpc::convert::time_to_pb(
+                _ => Some(ledger_server::grpc::convert::time_to_pb(
                     now + time::Duration::minutes(i),
                 )),
             };
@@ -545,7 +547,9 @@ async fn as_of_reads_served_by_the_standby_equal_the_primarys_and_a_standby_behi
         }
     }
     let last = postings.iter().map(|p| p.sequence).max().unwrap();
-    let node2 = ledger::storage::connect(&ha.node_url(1)).await.unwrap();
+    let node2 = ledger_server::storage::connect(&ha.node_url(1))
+        .await
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     let replayed = async || -> i64 {
         node2
@@ -729,7 +733,7 @@ async fn the_stream_leader_sigkilled_while_events_flow_leaves_every_event_once_i
     }
     let deadline = Instant::now() + Duration::from_secs(20);
     let leader = loop {
-        if let Some(l) = nats.stream_leader(ledger::outbox::STREAM).await {
+        if let Some(l) = nats.stream_leader(ledger_server::outbox::STREAM).await {
             break l;
         }
         assert!(
@@ -790,7 +794,7 @@ async fn the_stream_leader_sigkilled_while_events_flow_leaves_every_event_once_i
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let states: Vec<_> = futures_util::future::join_all(
-            (0..3).map(|i| nats.stream_state(i, ledger::outbox::STREAM)),
+            (0..3).map(|i| nats.stream_state(i, ledger_server::outbox::STREAM)),
         )
         .await;
         let want = Some((posted as u64, 1, posted as u64));
@@ -827,7 +831,7 @@ async fn measure_as_of_get_balance_throughput_primary_alone_and_with_the_standby
     let ha = PgHa::start().await;
     let url = ledger_on(&ha).await;
     let mut primary = TestLedger::on_database(url.clone()).await;
-    let ops = ledger::server::OpsOptions {
+    let ops = ledger_server::server::OpsOptions {
         replica_urls: vec![ha.node_url(1)],
         ..app_role_ops()
     };

@@ -9,8 +9,8 @@
 use crate::faults::{is_unknown, ledger_check, post_until_settled};
 use crate::support::proxy::Proxy;
 use crate::support::*;
-use ledger::grpc::pb;
-use ledger::grpc::pb::ledger_client::LedgerClient;
+use ledger_server::grpc::pb;
+use ledger_server::grpc::pb::ledger_client::LedgerClient;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -227,7 +227,7 @@ pub async fn run_history(seed: u64, clients: usize, ops_per_client: usize) -> St
         )));
     }
     // Faults, chosen by the seed, until the clients are done.
-    let admin = ledger::storage::connect(&direct).await.unwrap();
+    let admin = ledger_server::storage::connect(&direct).await.unwrap();
     let mut frng = Rng(seed.wrapping_mul(31).wrapping_add(7));
     let mut faults = 0;
     while !tasks.iter().all(|t| t.is_finished()) {

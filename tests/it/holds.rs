@@ -3,9 +3,9 @@
 //! as-of answers on both clocks.
 
 use crate::support::*;
-use ledger::grpc::convert::{time_from_pb, time_to_pb as ts};
-use ledger::grpc::pb;
-use ledger::grpc::pb::ledger_client::LedgerClient;
+use ledger_server::grpc::convert::{time_from_pb, time_to_pb as ts};
+use ledger_server::grpc::pb;
+use ledger_server::grpc::pb::ledger_client::LedgerClient;
 use std::time::Duration as StdDuration;
 use time::{Duration, OffsetDateTime};
 use tonic::transport::Channel;
@@ -623,7 +623,7 @@ async fn a_hold_expiring_in_a_second_is_released_by_the_ledger_within_the_bound(
     );
     let lag = odt(&release.recorded_at) - odt(&h.hold_expires_at);
     assert!(
-        lag > Duration::ZERO && lag <= ledger::domain::limits::HOLD_EXPIRY_LAG_MAX,
+        lag > Duration::ZERO && lag <= ledger_core::limits::HOLD_EXPIRY_LAG_MAX,
         "lag {lag}"
     );
     assert_eq!(

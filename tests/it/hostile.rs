@@ -8,8 +8,8 @@
 use crate::support::*;
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use ledger::access::METHODS;
-use ledger::grpc::{convert, pb};
+use ledger_server::access::METHODS;
+use ledger_server::grpc::{convert, pb};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use prost::Message;
@@ -422,7 +422,7 @@ fn random_field_values_through_grpc_never_answer_internal_or_unknown() {
 
 /// Decodes `bytes` as every request type and runs the transport-free validation on whatever
 /// decodes. Must never panic.
-fn decode_and_validate(bytes: &[u8], accounts: &HashMap<String, ledger::domain::Account>) {
+fn decode_and_validate(bytes: &[u8], accounts: &HashMap<String, ledger_core::Account>) {
     let key = b"k".repeat(32);
     if let Ok(r) = pb::PostRequest::decode(bytes) {
         if let Ok(p) = convert::post_from_pb(r) {
@@ -442,7 +442,7 @@ fn decode_and_validate(bytes: &[u8], accounts: &HashMap<String, ledger::domain::
         }
     }
     if let Ok(r) = pb::CreateAccountRequest::decode(bytes) {
-        let _ = ledger::domain::NewAccount::validate(
+        let _ = ledger_core::NewAccount::validate(
             &r.code,
             &r.currency,
             r.scale,
@@ -452,11 +452,11 @@ fn decode_and_validate(bytes: &[u8], accounts: &HashMap<String, ledger::domain::
         );
     }
     if let Ok(r) = pb::GetAccountRequest::decode(bytes) {
-        let _ = ledger::domain::account::validate_code(&r.code);
+        let _ = ledger_core::account::validate_code(&r.code);
     }
     if let Ok(r) = pb::GetPostingRequest::decode(bytes) {
         if let Some(pb::get_posting_request::By::PostingId(id)) = r.by {
-            let _ = ledger::domain::posting::parse_posting_id(&id);
+            let _ = ledger_core::posting::parse_posting_id(&id);
         }
     }
     for (size, token, as_of) in [
@@ -469,8 +469,8 @@ fn decode_and_validate(bytes: &[u8], accounts: &HashMap<String, ledger::domain::
     .into_iter()
     .flatten()
     {
-        let _ = ledger::service::page_size(size);
-        if let Ok(mut r) = ledger::domain::page_token::open(&key, "scope", &token) {
+        let _ = ledger_server::service::page_size(size);
+        if let Ok(mut r) = ledger_core::page_token::open(&key, "scope", &token) {
             let _ = (r.int(), r.text(), r.int_as::<u8>());
         }
         let _ = convert::as_of_from_pb(as_of);
@@ -479,7 +479,7 @@ fn decode_and_validate(bytes: &[u8], accounts: &HashMap<String, ledger::domain::
 
 #[test]
 fn random_bytes_through_decoding_and_validation_never_panic() {
-    let accounts: HashMap<String, ledger::domain::Account> = [
+    let accounts: HashMap<String, ledger_core::Account> = [
         ("acct:0", 2u8, false),
         ("equity:world", 2, true),
         ("btc", 8, false),
@@ -489,12 +489,12 @@ fn random_bytes_through_decoding_and_validation_never_panic() {
     .map(|(i, (code, scale, neg))| {
         (
             code.to_owned(),
-            ledger::domain::Account {
+            ledger_core::Account {
                 id: i as i64 + 1,
                 code: code.into(),
                 currency: if scale == 8 { "BTC" } else { "EUR" }.into(),
                 scale,
-                normal_balance: ledger::domain::NormalBalance::Debit,
+                normal_balance: ledger_core::NormalBalance::Debit,
                 allow_negative: neg,
                 metadata: Default::default(),
                 created_at: time::OffsetDateTime::UNIX_EPOCH,

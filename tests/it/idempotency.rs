@@ -1,7 +1,7 @@
 //! The heart of the service: the same request again is a success that does nothing.
 
 use crate::support::*;
-use ledger::grpc::pb;
+use ledger_server::grpc::pb;
 use tonic::Code;
 
 #[tokio::test]

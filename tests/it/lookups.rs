@@ -4,9 +4,9 @@
 
 use crate::support::writes::{valid_transfer, void_of};
 use crate::support::*;
-use ledger::domain::write::{Command, WriteRequest};
-use ledger::grpc::pb;
-use ledger::writer;
+use ledger_core::write::{Command, WriteRequest};
+use ledger_server::grpc::pb;
+use ledger_server::writer;
 use std::time::Duration;
 
 /// Index entries read through `index` so far, as this session sees them (its own reads
@@ -28,7 +28,7 @@ async fn index_entries_read(db: &deadpool_postgres::Client, index: &str) -> i64 
 async fn a_page_of_postings_looks_up_each_ones_void_on_its_index_not_every_void_in_the_journal() {
     let mut t = TestLedger::start().await;
     t.standard_accounts(1).await;
-    let pool = ledger::storage::pool(&t.database_url, 1).unwrap();
+    let pool = ledger_server::storage::pool(&t.database_url, 1).unwrap();
     let w = pool.get().await.unwrap();
     // 5,000 postings, each voided: as many entries in the index of voids.
     let mut voided = Vec::new();
@@ -62,7 +62,7 @@ async fn a_page_of_postings_looks_up_each_ones_void_on_its_index_not_every_void_
     let page = &voided[voided.len() - 100..];
     let index = "postings_one_void_per_posting";
     let before = index_entries_read(&w, index).await;
-    let postings = ledger::storage::read::postings_at(&w, page, None)
+    let postings = ledger_server::storage::read::postings_at(&w, page, None)
         .await
         .unwrap();
     let read = index_entries_read(&w, index).await - before;
@@ -157,7 +157,7 @@ async fn voids_and_captures_reach_the_writer_without_a_read_of_their_own() {
     locker
         .execute(
             "SELECT pg_advisory_lock($1)",
-            &[&ledger::storage::LEDGER_WRITE_LOCK],
+            &[&ledger_server::storage::LEDGER_WRITE_LOCK],
         )
         .await
         .unwrap();
@@ -172,7 +172,7 @@ async fn voids_and_captures_reach_the_writer_without_a_read_of_their_own() {
     locker
         .execute(
             "SELECT pg_advisory_unlock($1)",
-            &[&ledger::storage::LEDGER_WRITE_LOCK],
+            &[&ledger_server::storage::LEDGER_WRITE_LOCK],
         )
         .await
         .unwrap();

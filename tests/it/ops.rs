@@ -1,8 +1,8 @@
 //! Operations: named limits, the request size limit, the metrics endpoint, SIGTERM drain.
 
 use crate::support::*;
-use ledger::grpc::pb;
-use ledger::server::OpsOptions;
+use ledger_server::grpc::pb;
+use ledger_server::server::OpsOptions;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use tonic::Code;
@@ -436,12 +436,18 @@ async fn spawn_server(
 #[tokio::test]
 async fn json_logs_have_one_line_per_request_with_the_caller_and_never_the_token() {
     let url = pg::shared_cluster().fresh_database().await;
-    let token = ledger::access::auth::new_token();
-    let auth_path =
-        std::env::temp_dir().join(format!("ledger-auth-{}", ledger::access::auth::new_token()));
+    let token = ledger_server::access::auth::new_token();
+    let auth_path = std::env::temp_dir().join(format!(
+        "ledger-auth-{}",
+        ledger_server::access::auth::new_token()
+    ));
     std::fs::write(
         &auth_path,
-        ledger::access::auth::auth_line("svc-log", ledger::access::auth::Role::Writer, &token),
+        ledger_server::access::auth::auth_line(
+            "svc-log",
+            ledger_server::access::auth::Role::Writer,
+            &token,
+        ),
     )
     .unwrap();
     let log_path = auth_path.with_extension("log");
@@ -485,7 +491,7 @@ async fn json_logs_have_one_line_per_request_with_the_caller_and_never_the_token
     let _ = std::fs::remove_file(&auth_path);
     let _ = std::fs::remove_file(&log_path);
     let secret = token
-        .strip_prefix(ledger::access::auth::TOKEN_PREFIX)
+        .strip_prefix(ledger_server::access::auth::TOKEN_PREFIX)
         .unwrap();
     assert!(!text.contains(secret), "the token is in the log");
     let mut requests = Vec::new();
@@ -509,16 +515,21 @@ async fn json_logs_have_one_line_per_request_with_the_caller_and_never_the_token
 #[tokio::test]
 async fn on_sigterm_a_request_in_flight_completes_new_ones_are_refused_and_the_process_exits_0() {
     let url = pg::shared_cluster().fresh_database().await;
-    let (mut child, channel) =
-        spawn_server(&url, &["--db-role", ledger::storage::APP_ROLE], &[], None).await;
+    let (mut child, channel) = spawn_server(
+        &url,
+        &["--db-role", ledger_server::storage::APP_ROLE],
+        &[],
+        None,
+    )
+    .await;
     let mut client = pb::ledger_client::LedgerClient::new(channel);
     world_and_one_account(&mut client).await;
 
     // Hold the ledger's write lock so the next Post waits inside its batch.
-    let db = ledger::storage::connect(&url).await.unwrap();
+    let db = ledger_server::storage::connect(&url).await.unwrap();
     db.execute(
         "SELECT pg_advisory_lock($1)",
-        &[&ledger::storage::LEDGER_WRITE_LOCK],
+        &[&ledger_server::storage::LEDGER_WRITE_LOCK],
     )
     .await
     .unwrap();
@@ -572,7 +583,7 @@ async fn on_sigterm_a_request_in_flight_completes_new_ones_are_refused_and_the_p
 
     db.execute(
         "SELECT pg_advisory_unlock($1)",
-        &[&ledger::storage::LEDGER_WRITE_LOCK],
+        &[&ledger_server::storage::LEDGER_WRITE_LOCK],
     )
     .await
     .unwrap();

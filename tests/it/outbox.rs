@@ -3,7 +3,7 @@
 
 use crate::support::nats::*;
 use crate::support::*;
-use ledger::grpc::pb;
+use ledger_server::grpc::pb;
 use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
@@ -42,7 +42,7 @@ async fn assert_stream_matches_journal(nats: &NatsServer, t: &TestLedger) -> Vec
     );
     assert_eq!(got, journal, "events in sequence order, one per posting");
     for e in &events {
-        assert_eq!(e.subject, ledger::outbox::SUBJECT);
+        assert_eq!(e.subject, ledger_server::outbox::SUBJECT);
         assert_eq!(e.msg_id, e.posting.posting_id);
         assert!(e.posting.voided_by_posting_id.is_empty());
     }
@@ -208,7 +208,7 @@ fn serve(
     ])
     .env("LEDGER_LOG", "info")
     .env_remove("LEDGER_NATS_URL")
-    .env_remove(ledger::outbox::FAILPOINT_ENV)
+    .env_remove(ledger_server::outbox::FAILPOINT_ENV)
     .stdout(std::process::Stdio::null())
     .stderr(std::fs::File::create(&log).unwrap());
     if let Some(url) = nats_url {
@@ -465,9 +465,9 @@ async fn retention_removes_delivered_rows_only_in_bounded_batches() {
             .unwrap();
     }
 
-    let pool = ledger::storage::pool(&t.database_url, 1).unwrap();
+    let pool = ledger_server::storage::pool(&t.database_url, 1).unwrap();
     let db = pool.get().await.unwrap();
-    use ledger::storage::outbox::prune_delivered;
+    use ledger_server::storage::outbox::prune_delivered;
     let hour = Duration::from_secs(3600);
     assert_eq!(
         prune_delivered(&db, hour, 10).await.unwrap(),
@@ -531,8 +531,8 @@ async fn an_event_the_broker_refuses_halts_the_publisher_in_order_until_the_stre
     let nats = NatsServer::start().await;
     let js = nats.jetstream().await;
     let config = async_nats::jetstream::stream::Config {
-        name: ledger::outbox::STREAM.into(),
-        subjects: vec![ledger::outbox::STREAM_SUBJECTS.into()],
+        name: ledger_server::outbox::STREAM.into(),
+        subjects: vec![ledger_server::outbox::STREAM_SUBJECTS.into()],
         max_message_size: 1024,
         duplicate_window: Duration::from_secs(120),
         ..Default::default()
@@ -653,9 +653,9 @@ async fn relay_refuses_a_bad_configuration_with_a_reason() {
             .args(*args)
             .env_remove("LEDGER_NATS_URL")
             .env_remove("DATABASE_URL")
-            .env_remove(ledger::outbox::FAILPOINT_ENV);
+            .env_remove(ledger_server::outbox::FAILPOINT_ENV);
         if let Some(fp) = failpoint {
-            cmd.env(ledger::outbox::FAILPOINT_ENV, fp);
+            cmd.env(ledger_server::outbox::FAILPOINT_ENV, fp);
         }
         let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
             .await
@@ -679,7 +679,9 @@ async fn a_deleted_stream_is_created_again_and_publishing_goes_on() {
     assert_eq!(nats.read_stream().await.len(), 1);
 
     let js = nats.jetstream().await;
-    js.delete_stream(ledger::outbox::STREAM).await.unwrap();
+    js.delete_stream(ledger_server::outbox::STREAM)
+        .await
+        .unwrap();
     let after = t
         .post(transfer("after", "equity:world", "acct:0", "1.00"))
         .await
@@ -747,7 +749,7 @@ async fn each_kind_of_hold_posting_reaches_nats_once_and_replays_publish_nothing
     let soon = time::OffsetDateTime::now_utc() + time::Duration::milliseconds(200);
     let h3 = t
         .post(pb::PostRequest {
-            hold_expires_at: Some(ledger::grpc::convert::time_to_pb(soon)),
+            hold_expires_at: Some(ledger_server::grpc::convert::time_to_pb(soon)),
             ..hold("h3")
         })
         .await

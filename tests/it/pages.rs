@@ -3,11 +3,11 @@
 //! paging on returns every item exactly once.
 
 use crate::support::*;
-use ledger::domain::limits::{
+use ledger_core::limits::{
     MAX_LEGS, MAX_MEMO_BYTES, MAX_METADATA_ENTRIES, MAX_METADATA_KEY_BYTES,
     MAX_METADATA_VALUE_BYTES, MAX_PAGE_BYTES, MAX_PAGE_SIZE,
 };
-use ledger::grpc::pb;
+use ledger_server::grpc::pb;
 use prost::Message;
 use std::collections::HashMap;
 
@@ -213,7 +213,7 @@ async fn later_trial_balance_pages_carry_the_totals_of_the_first_instead_of_summ
 
 #[tokio::test]
 async fn a_trial_balance_over_more_currencies_than_a_token_carries_sums_them_on_each_page() {
-    use ledger::domain::limits::MAX_TOKEN_TOTALS;
+    use ledger_core::limits::MAX_TOKEN_TOTALS;
     let mut t = TestLedger::start().await;
     let n = MAX_TOKEN_TOTALS + 1;
     for i in 0..n {

@@ -1,8 +1,8 @@
 //! Posting: validation with its reasons, the no-negative rule, and the books staying balanced.
 
 use crate::support::*;
-use ledger::grpc::pb;
-use ledger::grpc::pb::Direction::{Credit as C, Debit as D};
+use ledger_server::grpc::pb;
+use ledger_server::grpc::pb::Direction::{Credit as C, Debit as D};
 use proptest::prelude::*;
 use std::collections::HashMap;
 use tonic::Code;

@@ -161,7 +161,7 @@ fn code_name(code: tonic::Code) -> String {
 
 #[test]
 fn the_error_guide_lists_every_reason_under_its_grpc_code() {
-    use ledger::domain::error::ALL_REASONS;
+    use ledger_core::error::ALL_REASONS;
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/errors.md");
     let text = std::fs::read_to_string(path).expect("docs/errors.md is readable");
     // Each table row of a reason, with the code it is listed under: the section's
@@ -187,7 +187,7 @@ fn the_error_guide_lists_every_reason_under_its_grpc_code() {
         }
     }
     for reason in ALL_REASONS {
-        let want = code_name(ledger::grpc::status::code(reason.class()));
+        let want = code_name(ledger_server::grpc::status::code(reason.class()));
         let rows: Vec<&String> = listed
             .iter()
             .filter(|(r, _)| r == reason.as_str())

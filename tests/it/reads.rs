@@ -1,7 +1,7 @@
 //! Reads: postings by id and key, listings, balances and statements at recorded cut-offs.
 
 use crate::support::*;
-use ledger::grpc::pb;
+use ledger_server::grpc::pb;
 use tonic::Code;
 
 #[tokio::test]

@@ -17,8 +17,8 @@ async fn the_service_cannot_become_the_owner_nor_disable_or_drop_the_journals_tr
     assert_eq!(
         (login.as_str(), role.as_str()),
         (
-            ledger::storage::roles::SERVICE_LOGIN,
-            ledger::storage::APP_ROLE
+            ledger_server::storage::roles::SERVICE_LOGIN,
+            ledger_server::storage::APP_ROLE
         ),
         "the harness's server logs in as the embedded default does"
     );
@@ -64,7 +64,7 @@ async fn the_service_cannot_become_the_owner_nor_disable_or_drop_the_journals_tr
 
 /// The URL of the same database for the service login instead of the owner.
 fn service_url(owner_url: &str) -> String {
-    let login = format!("user={}", ledger::storage::roles::SERVICE_LOGIN);
+    let login = format!("user={}", ledger_server::storage::roles::SERVICE_LOGIN);
     let url = owner_url.replace("user=postgres", &login);
     assert_ne!(url, owner_url, "the harness's URLs name user=postgres");
     url
@@ -102,7 +102,7 @@ impl ServeProcess {
     /// A client once the server listens; panics with its log if it exits first.
     async fn client(
         &mut self,
-    ) -> ledger::grpc::pb::ledger_client::LedgerClient<tonic::transport::Channel> {
+    ) -> ledger_server::grpc::pb::ledger_client::LedgerClient<tonic::transport::Channel> {
         let began = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -114,7 +114,7 @@ impl ServeProcess {
                 .connect()
                 .await
             {
-                return ledger::grpc::pb::ledger_client::LedgerClient::new(ch);
+                return ledger_server::grpc::pb::ledger_client::LedgerClient::new(ch);
             }
             assert!(
                 began.elapsed() < Duration::from_secs(60),
@@ -162,7 +162,7 @@ async fn serve_logged_in_as_the_service_login_refuses_pending_migrations_until_t
 {
     let cluster = pg::shared_cluster();
     let name = format!("t_{}", uuid::Uuid::now_v7().simple());
-    let admin = ledger::storage::connect(&cluster.connection_string("postgres"))
+    let admin = ledger_server::storage::connect(&cluster.connection_string("postgres"))
         .await
         .unwrap();
     admin
@@ -213,7 +213,7 @@ async fn the_readmes_steps_for_an_existing_postgresql_give_a_service_that_cannot
 ) {
     // README "Database roles", as an administrator (roles are cluster-wide: tolerate a rerun).
     let cluster = pg::shared_cluster();
-    let admin = ledger::storage::connect(&cluster.connection_string("postgres"))
+    let admin = ledger_server::storage::connect(&cluster.connection_string("postgres"))
         .await
         .unwrap();
     let db = format!("t_{}", uuid::Uuid::now_v7().simple());
@@ -254,7 +254,7 @@ async fn the_readmes_steps_for_an_existing_postgresql_give_a_service_that_cannot
         "DROP TRIGGER postings_append_only ON postings",
         "DROP TABLE postings CASCADE",
     ] {
-        let session = ledger::storage::connect(&service).await.unwrap();
+        let session = ledger_server::storage::connect(&service).await.unwrap();
         let err = session.batch_execute(sql).await.expect_err(sql);
         assert_eq!(err.code().map(|c| c.code()), Some("42501"), "{sql}: {err}");
     }

@@ -4,9 +4,9 @@
 
 use crate::support::writes::{valid_transfer, void_of};
 use crate::support::*;
-use ledger::domain::write::WriteRequest;
-use ledger::domain::Reason;
-use ledger::writer;
+use ledger_core::write::WriteRequest;
+use ledger_core::Reason;
+use ledger_server::writer;
 use std::collections::HashMap;
 use tonic::Code;
 
@@ -18,7 +18,7 @@ async fn a_batch_answers_its_accepted_rejected_and_duplicate_postings_each_on_th
         .post(transfer("fund", "equity:world", "acct:0", "10.00"))
         .await
         .unwrap();
-    let pool = ledger::storage::pool(&t.database_url, 2).unwrap();
+    let pool = ledger_server::storage::pool(&t.database_url, 2).unwrap();
     let db = pool.get().await.unwrap();
     let batch = vec![
         valid_transfer(&db, "pay", "acct:0", "acct:1", "4.00").await,
@@ -70,7 +70,7 @@ async fn a_batch_answers_its_accepted_rejected_and_duplicate_postings_each_on_th
 async fn two_batches_claiming_the_same_keys_in_opposite_orders_post_each_key_once() {
     let mut t = TestLedger::start().await;
     t.standard_accounts(2).await;
-    let pool = ledger::storage::pool(&t.database_url, 2).unwrap();
+    let pool = ledger_server::storage::pool(&t.database_url, 2).unwrap();
     let owner = t.db().await;
     for round in 0..3 {
         let mut forward = Vec::new();
@@ -90,7 +90,7 @@ async fn two_batches_claiming_the_same_keys_in_opposite_orders_post_each_key_onc
             .execute(
                 "INSERT INTO idempotency_keys (caller, idempotency_key, operation, fingerprint, decided_at)
                  VALUES ($1, $2, 'post', sha256('held'::bytea), now())",
-                &[&ledger::grpc::ANONYMOUS, &format!("r{round}-k10")],
+                &[&ledger_server::grpc::ANONYMOUS, &format!("r{round}-k10")],
             )
             .await
             .unwrap();
@@ -187,7 +187,7 @@ async fn the_services_sessions_plan_every_statement_afresh_and_never_jit_compile
 async fn the_writer_does_not_scan_tables_that_grew_after_its_statements_were_prepared() {
     let mut t = TestLedger::start().await;
     t.standard_accounts(4).await;
-    let pool = ledger::storage::pool(&t.database_url, 1).unwrap();
+    let pool = ledger_server::storage::pool(&t.database_url, 1).unwrap();
     let w = pool.get().await.unwrap();
     // The writer's connection prepares its statements while the tables are small (a cached
     // plan is chosen after a few executions), and sees a replay (the decided-key lookup) and
@@ -307,7 +307,7 @@ async fn a_failed_batch_writes_nothing_and_answers_every_caller_unavailable() {
     let before = journal_counts(&t).await;
 
     // Directly: one batch holding an acceptable, a rejected and a duplicate request.
-    let pool = ledger::storage::pool(&t.database_url, 2).unwrap();
+    let pool = ledger_server::storage::pool(&t.database_url, 2).unwrap();
     let db = pool.get().await.unwrap();
     let batch = vec![
         valid_transfer(&db, "a", "acct:0", "acct:1", "1.00").await,

@@ -20,11 +20,15 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Every `.rs` file under `src/`, relative to the crate (`src/storage/mod.rs`).
+/// Every `.rs` file under `src/` and the crates' `src/`, relative to the workspace
+/// (`crates/server/src/storage/mod.rs`).
 fn sources() -> Vec<(String, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
     walk(&root.join("src"), &mut files);
+    for krate in ["core", "server", "client"] {
+        walk(&root.join("crates").join(krate).join("src"), &mut files);
+    }
     files.sort();
     files
         .into_iter()
@@ -71,11 +75,11 @@ fn offences(
 #[test]
 fn only_storage_and_the_embedded_postgresql_speak_to_the_database_driver() {
     let bad = offences(
-        |f| f.starts_with("src/"),
+        |f| !f.starts_with("crates/client/"),
         &["tokio_postgres", "deadpool"],
         &[
-            ("src/storage", "the only SQL"),
-            ("src/embedded_pg.rs", "creates the database it starts"),
+            ("crates/server/src/storage", "the only SQL"),
+            ("crates/server/src/embedded_pg.rs", "creates the database it starts"),
         ],
     );
     assert!(
@@ -88,7 +92,7 @@ fn only_storage_and_the_embedded_postgresql_speak_to_the_database_driver() {
 #[test]
 fn the_domain_knows_nothing_of_async_transport_or_sql() {
     let bad = offences(
-        |f| f.starts_with("src/domain/"),
+        |f| f.starts_with("crates/core/src/"),
         &[
             "tokio",
             "tonic",
@@ -113,15 +117,15 @@ fn the_domain_knows_nothing_of_async_transport_or_sql() {
 #[test]
 fn the_environment_is_read_only_by_the_command_line() {
     let bad = offences(
-        |f| f.starts_with("src/") && !f.starts_with("src/cli/"),
+        |f| !f.starts_with("src/cli/"),
         &["env::var", "env::vars"],
         &[
             (
-                "src/embedded_pg.rs",
+                "crates/server/src/embedded_pg.rs",
                 "PATH: where a program is found, as any program finds one",
             ),
             (
-                "src/domain/write/model.rs",
+                "crates/core/src/write/model.rs",
                 "a test's case count (LEDGER_MODEL_CASES)",
             ),
         ],
@@ -157,23 +161,23 @@ fn the_journal_is_written_only_by_the_writers_batch_and_the_fixtures_named_here(
         .collect();
     let needles: Vec<&str> = needles.iter().map(String::as_str).collect();
     let bad = offences(
-        |f| f.starts_with("src/"),
+        |f| !f.starts_with("crates/client/"),
         &needles,
         &[
             (
-                "src/storage/batch",
+                "crates/server/src/storage/batch",
                 "the writer's batch: the claim (load) and the plan (write)",
             ),
             (
-                "src/storage/accounts.rs",
+                "crates/server/src/storage/accounts.rs",
                 "CreateAccount: the account and its zero totals",
             ),
             (
-                "src/storage/outbox.rs",
+                "crates/server/src/storage/outbox.rs",
                 "the publisher's progress and retention of delivered rows",
             ),
             (
-                "src/storage/fixture.rs",
+                "crates/server/src/storage/fixture.rs",
                 "bench-as-of's year of history, which the writer cannot record",
             ),
         ],
@@ -194,10 +198,10 @@ fn the_tidy_checks_see_the_code_they_guard() {
             .iter()
             .any(|(f, t)| f == file && code(t).any(|(_, l)| l.contains(needle)))
     };
-    assert!(has("src/storage/mod.rs", "tokio_postgres"));
-    assert!(has("src/storage/batch/write.rs", "INSERT INTO postings"));
+    assert!(has("crates/server/src/storage/mod.rs", "tokio_postgres"));
+    assert!(has("crates/server/src/storage/batch/write.rs", "INSERT INTO postings"));
     assert!(has("src/cli/mod.rs", "env::var"));
-    assert!(files.iter().any(|(f, _)| f.starts_with("src/domain/")));
+    assert!(files.iter().any(|(f, _)| f.starts_with("crates/core/src/")));
 }
 
 /// The release profile aborts on a panic, so a broken invariant the writer asserts before a
@@ -322,7 +326,7 @@ fn architecture_md_is_short_and_every_test_it_names_exists() {
         untested.join("\n")
     );
 
-    let functions = function_names(&["src", "tests", "client/src"]);
+    let functions = function_names(&["src", "tests", "crates"]);
     let cited: Vec<String> = blocks.iter().flat_map(|b| cited_tests(b)).collect();
     assert!(
         cited.len() >= 20,

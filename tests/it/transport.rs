@@ -5,7 +5,7 @@
 
 use crate::support::*;
 use bytes::Bytes;
-use ledger::grpc::pb;
+use ledger_server::grpc::pb;
 use prost::Message;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -118,7 +118,7 @@ async fn spawn_ledger(
         "--database-url",
         url,
     ])
-    .args(["--db-role", ledger::storage::APP_ROLE])
+    .args(["--db-role", ledger_server::storage::APP_ROLE])
     .env("LEDGER_LOG", "warn")
     .envs(envs.iter().copied())
     .stdin(std::process::Stdio::null())
@@ -163,7 +163,7 @@ async fn lock_the_journal(t: &TestLedger) -> tokio_postgres::Client {
 
 /// One valid call of every RPC (each needs the journal: nothing is answered from a cache).
 fn one_call_of_each_rpc(posting_id: &str) -> Vec<(&'static str, Bytes)> {
-    ledger::access::METHODS
+    ledger_server::access::METHODS
         .iter()
         .map(|&m| {
             let body =
@@ -296,7 +296,7 @@ fn assert_deadline_exceeded(method: &str, s: &tonic::Status, set_by: &str) {
 
 #[tokio::test]
 async fn a_call_whose_deadline_passes_is_answered_deadline_exceeded_with_error_info_on_every_rpc() {
-    let mut t = TestLedger::start_with(ledger::server::OpsOptions {
+    let mut t = TestLedger::start_with(ledger_server::server::OpsOptions {
         metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
         ..app_role_ops()
     })
@@ -581,7 +581,7 @@ async fn one_connection_that_never_reads_its_responses_cannot_take_the_servers_m
     // Everyone else is still served, pages as large included.
     let mut other = connect(server.addr)
         .await
-        .max_decoding_message_size(ledger::transport::MAX_RESPONSE_BYTES);
+        .max_decoding_message_size(ledger_server::transport::MAX_RESPONSE_BYTES);
     let a = other
         .get_account(pb::GetAccountRequest {
             code: "big:0001".into(),
@@ -709,7 +709,7 @@ async fn new_client_answer(addr: SocketAddr, wait: Duration) -> Result<Duration,
 fn temp_log(name: &str) -> (std::path::PathBuf, std::fs::File) {
     let path = std::env::temp_dir().join(format!(
         "ledger-{name}-{}.log",
-        ledger::access::auth::new_token()
+        ledger_server::access::auth::new_token()
     ));
     let f = std::fs::File::create(&path).unwrap();
     (path, f)

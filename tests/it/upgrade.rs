@@ -1,9 +1,9 @@
 //! Upgrading a ledger recorded under an earlier schema: its journal keeps its meaning.
 
 use crate::support::*;
-use ledger::domain::posting::{LegRequest, PostRequest};
-use ledger::domain::{Direction, Metadata};
-use ledger::storage::migrate::MIGRATIONS;
+use ledger_core::posting::{LegRequest, PostRequest};
+use ledger_core::{Direction, Metadata};
+use ledger_server::storage::migrate::MIGRATIONS;
 use std::collections::HashMap;
 
 /// An empty database of the shared cluster (not migrated).
@@ -31,7 +31,7 @@ async fn count(db: &tokio_postgres::Client, sql: &str) -> i64 {
 
 /// `ledger check` finds nothing wrong.
 async fn assert_checks_clean(db: &mut tokio_postgres::Client) {
-    let findings = ledger::storage::check::run(db).await.unwrap();
+    let findings = ledger_server::storage::check::run(db).await.unwrap();
     let broken: Vec<_> = findings.iter().filter(|f| f.violations > 0).collect();
     assert!(broken.is_empty(), "{broken:?}");
 }
@@ -100,9 +100,9 @@ async fn postings_recorded_before_0008_are_numbered_by_their_own_keys_and_still_
         hold_expires_at: None,
     };
     let codes = vec!["acct:a".to_owned(), "equity:w".to_owned()];
-    let pool = ledger::storage::pool(&url, 1).unwrap();
+    let pool = ledger_server::storage::pool(&url, 1).unwrap();
     let accounts: HashMap<_, _> =
-        ledger::storage::accounts::get_many(&pool.get().await.unwrap(), &codes)
+        ledger_server::storage::accounts::get_many(&pool.get().await.unwrap(), &codes)
             .await
             .unwrap()
             .into_iter()
@@ -129,7 +129,7 @@ async fn postings_recorded_before_0008_are_numbered_by_their_own_keys_and_still_
          UPDATE account_totals t SET debits = CASE WHEN a.code = 'acct:a' THEN 1.00 ELSE 0 END,
                 credits = CASE WHEN a.code = 'acct:a' THEN 0 ELSE 1.00 END, version = 1, last_sequence = 1
          FROM accounts a WHERE a.account_id = t.account_id",
-        &[&fingerprint.as_slice(), &ledger::grpc::ANONYMOUS],
+        &[&fingerprint.as_slice(), &ledger_server::grpc::ANONYMOUS],
     )
     .await
     .unwrap();
@@ -140,7 +140,7 @@ async fn postings_recorded_before_0008_are_numbered_by_their_own_keys_and_still_
         .get(0);
 
     // Upgrade: the posting is numbered by its own key, and the ledger still checks clean.
-    ledger::storage::migrate(&url).await.unwrap();
+    ledger_server::storage::migrate(&url).await.unwrap();
     let linked = count(
         &db,
         "SELECT count(*) FROM postings p JOIN idempotency_keys k
@@ -183,7 +183,7 @@ async fn the_upgrade_to_0008_refuses_a_posting_without_a_claimed_key_and_changes
     )
     .await
     .unwrap();
-    let err = ledger::storage::migrate(&url)
+    let err = ledger_server::storage::migrate(&url)
         .await
         .unwrap_err()
         .to_string();

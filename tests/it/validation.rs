@@ -3,7 +3,7 @@
 //! `NOT_FOUND` naming the field, never `UNAVAILABLE` ("retry") or `INTERNAL`.
 
 use crate::support::*;
-use ledger::grpc::pb;
+use ledger_server::grpc::pb;
 use prost::Message;
 use std::collections::{BTreeSet, HashMap};
 use tonic::Code;
@@ -14,7 +14,8 @@ const NUL: &str = "a\0b";
 /// (map fields as `field.key` / `field.value`), read from the served descriptor set, so a
 /// field added later without a row in the table below fails this test.
 fn request_string_fields() -> BTreeSet<String> {
-    let fds = prost_types::FileDescriptorSet::decode(ledger::grpc::FILE_DESCRIPTOR_SET).unwrap();
+    let fds =
+        prost_types::FileDescriptorSet::decode(ledger_server::grpc::FILE_DESCRIPTOR_SET).unwrap();
     let file = fds
         .file
         .iter()
@@ -105,7 +106,7 @@ fn void(f: impl FnOnce(&mut pb::VoidRequest)) -> pb::VoidRequest {
 
 /// A capture of a new hold of 1.00 (world → acct:0), changed by `f`.
 async fn capture(
-    c: &mut ledger::grpc::pb::ledger_client::LedgerClient<tonic::transport::Channel>,
+    c: &mut ledger_server::grpc::pb::ledger_client::LedgerClient<tonic::transport::Channel>,
     f: impl FnOnce(&mut pb::CaptureRequest),
 ) -> Result<(), tonic::Status> {
     let mut hold = transfer(

@@ -1,7 +1,7 @@
 //! Void: undo is a new entry, never an edit.
 
 use crate::support::*;
-use ledger::grpc::pb;
+use ledger_server::grpc::pb;
 use tonic::Code;
 
 fn void(key: &str, posting_id: &str) -> pb::VoidRequest {

@@ -387,7 +387,7 @@ impl PgHa {
         );
         let deadline = Instant::now() + HA_READY_TIMEOUT;
         loop {
-            match ledger::storage::connect(&url).await {
+            match ledger_server::storage::connect(&url).await {
                 Ok(c) => return c,
                 Err(e) => assert!(
                     Instant::now() < deadline,

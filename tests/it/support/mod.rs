@@ -9,9 +9,9 @@ pub mod pg;
 pub mod proxy;
 pub mod writes;
 
-use ledger::grpc::pb;
-use ledger::grpc::pb::ledger_client::LedgerClient;
-use ledger::server::{self, RunningServer, ServerOptions};
+use ledger_server::grpc::pb;
+use ledger_server::grpc::pb::ledger_client::LedgerClient;
+use ledger_server::server::{self, RunningServer, ServerOptions};
 use tonic::transport::Channel;
 use tonic_types::StatusExt;
 
@@ -22,7 +22,7 @@ pub struct TestLedger {
     pub database_url: String,
     pub client: LedgerClient<Channel>,
     /// The settings of the server's pool: its login and role.
-    pub service_config: ledger::storage::ConnConfig,
+    pub service_config: ledger_server::storage::ConnConfig,
 }
 
 impl TestLedger {
@@ -44,7 +44,7 @@ impl TestLedger {
     }
 
     /// Boots a server on a fresh database with its knobs changed by `tune`.
-    pub async fn start_tuned(tune: impl FnOnce(&mut ledger::tuning::Tuning)) -> TestLedger {
+    pub async fn start_tuned(tune: impl FnOnce(&mut ledger_server::tuning::Tuning)) -> TestLedger {
         let url = pg::shared_cluster().fresh_database().await;
         Self::on_database_tuned(url, app_role_ops(), tune).await
     }
@@ -59,11 +59,11 @@ impl TestLedger {
     pub async fn on_database_tuned(
         url: String,
         ops: server::OpsOptions,
-        tune: impl FnOnce(&mut ledger::tuning::Tuning),
+        tune: impl FnOnce(&mut ledger_server::tuning::Tuning),
     ) -> TestLedger {
         let tls = ops.tls.is_some();
-        let mut tuning = ledger::tuning::Tuning {
-            pool: ledger::storage::PoolTuning {
+        let mut tuning = ledger_server::tuning::Tuning {
+            pool: ledger_server::storage::PoolTuning {
                 size: 8,
                 ..Default::default()
             },
@@ -98,7 +98,7 @@ impl TestLedger {
 
     /// A direct database connection (to inspect or attack the tables).
     pub async fn db(&self) -> tokio_postgres::Client {
-        ledger::storage::connect(&self.database_url)
+        ledger_server::storage::connect(&self.database_url)
             .await
             .expect("db connects")
     }
@@ -180,8 +180,8 @@ impl TestLedger {
 /// as the owner of the URL), so every test also checks that their privileges suffice.
 pub fn app_role_ops() -> server::OpsOptions {
     server::OpsOptions {
-        db_login: Some(ledger::storage::roles::SERVICE_LOGIN.to_owned()),
-        db_role: Some(ledger::storage::APP_ROLE.to_owned()),
+        db_login: Some(ledger_server::storage::roles::SERVICE_LOGIN.to_owned()),
+        db_role: Some(ledger_server::storage::APP_ROLE.to_owned()),
         ..Default::default()
     }
 }

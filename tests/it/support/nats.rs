@@ -5,7 +5,7 @@
 use super::free_port;
 use async_nats::jetstream::{self, consumer};
 use futures_util::StreamExt;
-use ledger::grpc::pb;
+use ledger_server::grpc::pb;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -120,9 +120,9 @@ impl NatsServer {
 /// JetStream consumer, in stream order.
 pub async fn read_stream_at(url: &str) -> Vec<StreamEvent> {
     {
-        let servers = ledger::outbox::nats_servers(url).unwrap();
+        let servers = ledger_server::outbox::nats_servers(url).unwrap();
         let js = jetstream::new(async_nats::connect(servers).await.expect("nats connects"));
-        let mut stream = match js.get_stream(ledger::outbox::STREAM).await {
+        let mut stream = match js.get_stream(ledger_server::outbox::STREAM).await {
             Ok(s) => s,
             Err(_) => return Vec::new(),
         };
@@ -216,12 +216,12 @@ impl Relay {
             .args(["--database-url", database_url, "--nats-url", nats_url])
             .args(args)
             .env("LEDGER_LOG", "info")
-            .env_remove(ledger::outbox::FAILPOINT_ENV)
+            .env_remove(ledger_server::outbox::FAILPOINT_ENV)
             .env_remove("DATABASE_URL")
             .stdout(Stdio::null())
             .stderr(log);
         if let Some(fp) = failpoint {
-            cmd.env(ledger::outbox::FAILPOINT_ENV, fp);
+            cmd.env(ledger_server::outbox::FAILPOINT_ENV, fp);
             // A failpoint aborts the process: no core file for that.
             unsafe {
                 std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
@@ -319,11 +319,11 @@ pub fn strip_ansi(s: &str) -> String {
     out
 }
 
-/// The outbox backlog of a database, read with `ledger::outbox::backlog`.
-pub async fn backlog(database_url: &str) -> ledger::outbox::Backlog {
-    let pool = ledger::storage::pool(database_url, 1).unwrap();
+/// The outbox backlog of a database, read with `ledger_server::outbox::backlog`.
+pub async fn backlog(database_url: &str) -> ledger_server::outbox::Backlog {
+    let pool = ledger_server::storage::pool(database_url, 1).unwrap();
     let client = pool.get().await.unwrap();
-    ledger::outbox::backlog(&client).await.unwrap()
+    ledger_server::outbox::backlog(&client).await.unwrap()
 }
 
 /// Waits until every outbox event is delivered (panics after `timeout`).

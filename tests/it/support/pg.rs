@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, Once, OnceLock, TryLockError};
 use std::time::{Duration, Instant};
 
-use ledger::embedded_pg::{EmbeddedPg, PgOptions, DEFAULT_PORT};
+use ledger_server::embedded_pg::{EmbeddedPg, PgOptions, DEFAULT_PORT};
 
 /// The migrated database that every fresh database is cloned from.
 pub const TEMPLATE_DB: &str = "ledger_template";
@@ -82,7 +82,7 @@ pub fn shared_cluster() -> &'static SharedCluster {
 impl SharedCluster {
     /// Creates a new database cloned from the migrated template and returns its tokio-postgres
     /// connection string. The template is built (created and migrated with
-    /// `ledger::storage::migrate`) on the first call.
+    /// `ledger_server::storage::migrate`) on the first call.
     pub async fn fresh_database(&self) -> String {
         let mut ready = self.template_ready.lock().await;
         if !*ready {
@@ -168,7 +168,7 @@ impl SharedCluster {
             .expect("cannot create the template database");
 
         let template = self.connection_string(TEMPLATE_DB);
-        ledger::storage::migrate(&template)
+        ledger_server::storage::migrate(&template)
             .await
             .unwrap_or_else(|err| panic!("migrating {TEMPLATE_DB} failed: {err}"));
 
@@ -233,7 +233,7 @@ pub async fn private_cluster() -> (EmbeddedPg, String) {
         });
     pg.set_remove_on_drop(true);
     let conn = pg.connection_string("ledger");
-    ledger::storage::migrate(&conn)
+    ledger_server::storage::migrate(&conn)
         .await
         .unwrap_or_else(|err| panic!("migrating the private cluster's database failed: {err}"));
     (pg, conn)

@@ -1,8 +1,8 @@
 //! Requests as the writer takes them, for tests that drive a batch directly (no gRPC).
 
-use ledger::domain::posting::{LegRequest, PostRequest, VoidRequest};
-use ledger::domain::write::{Command, WriteRequest};
-use ledger::domain::{Direction, Metadata};
+use ledger_core::posting::{LegRequest, PostRequest, VoidRequest};
+use ledger_core::write::{Command, WriteRequest};
+use ledger_core::{Direction, Metadata};
 use std::collections::HashMap;
 
 /// A validated two-leg transfer (debit `to`, credit `from`) for driving the batch directly.
@@ -34,14 +34,14 @@ pub async fn valid_transfer(
         hold_expires_at: None,
     };
     let codes = vec![from.to_owned(), to.to_owned()];
-    let accounts: HashMap<_, _> = ledger::storage::accounts::get_many(db, &codes)
+    let accounts: HashMap<_, _> = ledger_server::storage::accounts::get_many(db, &codes)
         .await
         .unwrap()
         .into_iter()
         .map(|a| (a.code.clone(), a))
         .collect();
     WriteRequest {
-        caller: ledger::grpc::ANONYMOUS.into(),
+        caller: ledger_server::grpc::ANONYMOUS.into(),
         command: Command::Post(req.validate(&accounts).expect("valid transfer")),
     }
 }
@@ -55,7 +55,7 @@ pub fn void_of(target: &uuid::Uuid, key: &str) -> WriteRequest {
         effective_at: None,
     };
     WriteRequest {
-        caller: ledger::grpc::ANONYMOUS.into(),
+        caller: ledger_server::grpc::ANONYMOUS.into(),
         command: Command::Void(req.validate().expect("valid void")),
     }
 }

@@ -1,0 +1,903 @@
+//! `decide` checked against a reference model, without PostgreSQL.
+//!
+//! Random batches of posts, holds (with and without expiry), captures (whole and partial),
+//! voids (of postings, of voids, of holds, twice), the ledger's releases of expired holds
+//! (those the expiry task sends, and stray ones not yet due), replays, keys reused for other
+//! requests, overdrafts, back- and future-dated effective times and duplicate keys inside a
+//! batch go through [`decide`] (its snapshots built by a small in-memory store that does what
+//! `storage::batch::load` does; refusals without a key rerun the batch without them, as the
+//! writer does) and through a model written separately from the contract: a map of keys, a
+//! list of postings, balances and held amounts by summing legs. Every outcome, every posting's
+//! facts, every balance and held amount must agree, and every plan must keep the journal's
+//! invariants.
+
+use super::*;
+use crate::account::{Account, Metadata, NormalBalance};
+use crate::hold::{CaptureRequest, PostingTerms};
+use crate::posting::{check_balanced, Leg, LegRequest, PostRequest, VoidRequest};
+use crate::record::CloseKind;
+use proptest::prelude::*;
+use time::Duration;
+
+/// (code, currency, normal, allow_negative) of the model's accounts; ids are the index.
+const ACCOUNTS: [(&str, &str, NormalBalance, bool); 6] = [
+    ("w", "EUR", NormalBalance::Credit, true),
+    ("a", "EUR", NormalBalance::Debit, false),
+    ("b", "EUR", NormalBalance::Debit, false),
+    ("c", "EUR", NormalBalance::Credit, false),
+    ("uw", "USD", NormalBalance::Credit, true),
+    ("u", "USD", NormalBalance::Debit, false),
+];
+
+fn start() -> OffsetDateTime {
+    OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap()
+}
+
+/// The time `s` seconds after the start (batch `b` runs at second `b`).
+fn at(s: i64) -> OffsetDateTime {
+    start() + Duration::seconds(s)
+}
+
+fn accounts() -> HashMap<String, Account> {
+    ACCOUNTS
+        .iter()
+        .enumerate()
+        .map(|(id, &(code, currency, normal, neg))| {
+            let a = Account {
+                id: id as i64,
+                code: code.into(),
+                currency: currency.into(),
+                scale: 2,
+                normal_balance: normal,
+                allow_negative: neg,
+                metadata: Metadata::new(),
+                created_at: start(),
+            };
+            (code.to_owned(), a)
+        })
+        .collect()
+}
+
+/// A generated operation: what a caller (or the expiry task) sends. Targets are indexes of
+/// the postings recorded so far (mod their count).
+#[derive(Clone, Debug)]
+enum Op {
+    /// Transfers (from, to, cents) within one currency, an effective offset in days; a hold
+    /// when `hold` is set, expiring that many seconds after the batch's clock if given (made
+    /// absolute when first sent, so a resend is the same request).
+    Post {
+        caller: u8,
+        key: u8,
+        transfers: Vec<(usize, usize, i64)>,
+        days: Option<i64>,
+        memo: u8,
+        hold: Option<Option<i64>>,
+    },
+    Void {
+        caller: u8,
+        key: u8,
+        target: usize,
+        reason: u8,
+    },
+    /// A capture of the whole hold, or of `quarters`/4 of each leg (at least a cent).
+    Capture {
+        caller: u8,
+        key: u8,
+        target: usize,
+        quarters: Option<i64>,
+    },
+    /// The ledger's release of the target as an expired hold, due or not.
+    Expire { target: usize },
+    /// The `of`-th request sent so far, sent again as it was.
+    Again { of: usize },
+}
+
+/// Keys per caller: few enough that keys are often reused for other requests.
+const KEYS: u8 = 24;
+
+fn op() -> impl Strategy<Value = Op> {
+    let transfer = (0usize..6, 0usize..6, 1i64..5_000).prop_map(|(f, t, c)| {
+        // Within a currency: accounts 0..4 are EUR, 4..6 USD.
+        let (lo, hi) = if f < 4 { (0, 4) } else { (4, 6) };
+        let t = lo + (t % (hi - lo));
+        let t = if t == f {
+            lo + (f + 1 - lo) % (hi - lo)
+        } else {
+            t
+        };
+        (f, t, c)
+    });
+    let days = prop_oneof![Just(None), (-30i64..30).prop_map(Some)];
+    let hold = prop_oneof![3 => Just(None), 1 => Just(Some(None)), 2 => (1i64..4).prop_map(|s| Some(Some(s)))];
+    let post = (
+        0u8..2,
+        0u8..KEYS,
+        prop::collection::vec(transfer, 1..4),
+        days,
+        0u8..2,
+        hold,
+    );
+    let quarters = prop_oneof![Just(None), (1i64..=4).prop_map(Some)];
+    prop_oneof![
+        5 => post.prop_map(|(caller, key, transfers, days, memo, hold)| Op::Post { caller, key, transfers, days, memo, hold }),
+        2 => (0u8..2, 0u8..KEYS, any::<usize>(), 0u8..2).prop_map(|(caller, key, target, reason)| Op::Void { caller, key, target, reason }),
+        2 => (0u8..2, 0u8..KEYS, any::<usize>(), quarters).prop_map(|(caller, key, target, quarters)| Op::Capture { caller, key, target, quarters }),
+        1 => any::<usize>().prop_map(|target| Op::Expire { target }),
+        2 => any::<usize>().prop_map(|of| Op::Again { of }),
+    ]
+}
+
+/// What the store holds: what `storage::batch::load` would read back.
+#[derive(Default)]
+struct Store {
+    decided: HashMap<(String, String), StoredDecision>,
+    postings: Vec<Posting>,
+    totals: HashMap<i64, Totals>,
+    next_key_id: i64,
+    last: Option<(i64, OffsetDateTime)>,
+}
+
+impl Store {
+    fn snapshot(&mut self, requests: &[WriteRequest], now: OffsetDateTime) -> Snapshot {
+        let keys = distinct_keys(requests)
+            .into_iter()
+            .map(|i| {
+                let r = &requests[i];
+                match self
+                    .decided
+                    .get(&(r.caller.clone(), r.command.key().to_owned()))
+                {
+                    Some(d) => KeyState::Decided(Box::new(d.clone())),
+                    None => {
+                        self.next_key_id += 1;
+                        KeyState::Claimed(self.next_key_id)
+                    }
+                }
+            })
+            .collect();
+        let accounts = accounts()
+            .into_values()
+            .map(|a| {
+                let totals = self.totals.get(&a.id).copied().unwrap_or_default();
+                (
+                    a.id,
+                    AccountState {
+                        rule: Rule::of(&a),
+                        totals,
+                    },
+                )
+            })
+            .collect();
+        let (last_sequence, last_recorded_at) =
+            self.last.unwrap_or((0, OffsetDateTime::UNIX_EPOCH));
+        Snapshot {
+            clock: Clock {
+                last_sequence,
+                last_recorded_at,
+                now,
+            },
+            keys,
+            accounts,
+            account_ids: ACCOUNTS
+                .iter()
+                .enumerate()
+                .map(|(i, a)| (a.0.to_owned(), i as i64))
+                .collect(),
+            targets: self
+                .postings
+                .iter()
+                .map(|p| (p.posting_id, p.clone()))
+                .collect(),
+            corrupt_accounts: HashMap::new(),
+            corrupt_targets: HashMap::new(),
+        }
+    }
+
+    /// What `storage::batch::write` would leave: the plan's rows (a void or a closing posting
+    /// shows on its target when read back), and each claimed key's decision.
+    fn write(&mut self, plan: &Plan, requests: &[WriteRequest], snapshot: &Snapshot) {
+        for p in &plan.postings {
+            let (id, voids, closes) = (
+                p.posting.posting_id,
+                p.posting.voids_posting_id,
+                p.posting.closes,
+            );
+            let target = |t: Uuid, postings: &mut Vec<Posting>| {
+                postings.iter_mut().position(|x| x.posting_id == t).unwrap()
+            };
+            if let Some(t) = voids {
+                let i = target(t, &mut self.postings);
+                self.postings[i].voided_by_posting_id = Some(id);
+            }
+            if let Some(c) = closes {
+                let i = target(c.hold, &mut self.postings);
+                self.postings[i]
+                    .hold
+                    .as_mut()
+                    .expect("closes a hold")
+                    .closed_by = Some((id, c.kind));
+            }
+            self.postings.push(p.posting.clone());
+        }
+        for t in &plan.totals {
+            self.totals.insert(t.account_id, t.totals);
+        }
+        for (&i, key) in distinct_keys(requests).iter().zip(&snapshot.keys) {
+            if let KeyState::Claimed(_) = key {
+                let r = &requests[i];
+                let d = StoredDecision {
+                    operation: r.command.operation(),
+                    fingerprint: *r.command.fingerprint(),
+                    outcome: plan.outcomes[i].clone().map(|d| d.posting),
+                };
+                self.decided
+                    .insert((r.caller.clone(), r.command.key().to_owned()), d);
+            }
+        }
+        self.last = plan.last().or(self.last);
+    }
+}
+
+/// A model leg: (account, debit?, cents).
+type MLeg = (usize, bool, i64);
+
+/// What a model posting is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MKind {
+    /// Moves its legs.
+    Move,
+    /// Reserves its legs: expiry second, and the posting that closed it and how.
+    Hold {
+        expires: Option<i64>,
+        closed: Option<(usize, CloseKind)>,
+    },
+    /// Closes the hold with this index: a capture moves its legs, a release or an expiry
+    /// moves nothing.
+    Closes(usize, CloseKind),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct MPosting {
+    legs: Vec<MLeg>,
+    kind: MKind,
+    voids: Option<usize>,
+    voided: bool,
+    /// Set on an expiry's release: effective at the hold's expiry.
+    effective: Option<OffsetDateTime>,
+}
+
+impl MPosting {
+    fn moves(&self) -> bool {
+        matches!(
+            self.kind,
+            MKind::Move | MKind::Closes(_, CloseKind::Capture)
+        )
+    }
+
+    fn is_open_hold(&self) -> bool {
+        matches!(self.kind, MKind::Hold { closed: None, .. })
+    }
+}
+
+/// What a request asks, for the model.
+#[derive(Clone, Debug)]
+enum Asks {
+    Post {
+        legs: Vec<MLeg>,
+        hold: Option<Option<i64>>,
+    },
+    Void(usize),
+    Capture {
+        hold: usize,
+        legs: Vec<MLeg>,
+    },
+    Expire(usize),
+}
+
+/// What a request with a new key would do.
+enum Would {
+    Record(MPosting),
+    Refuse(Reason),
+    /// Refused without binding the key (an expiry not due).
+    Unbound,
+}
+
+/// The model's answer: the posting's index and whether it is a replay, or the reason; or
+/// refused unbound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MAnswer {
+    Outcome(Result<(usize, bool), Reason>),
+    Unbound,
+}
+
+/// The reference model: keys, postings, sums of legs, the rules written plainly.
+#[derive(Default)]
+struct Model {
+    /// (caller, key) → (what was asked, the outcome: a posting's index or a reason).
+    keys: HashMap<(String, String), (String, Result<usize, Reason>)>,
+    postings: Vec<MPosting>,
+}
+
+impl Model {
+    /// (debits, credits, held debits, held credits) of an account.
+    fn sums(&self, account: usize) -> [i64; 4] {
+        let mut s = [0; 4];
+        for p in &self.postings {
+            let slot = if p.moves() {
+                0
+            } else if p.is_open_hold() {
+                2
+            } else {
+                continue;
+            };
+            for l in p.legs.iter().filter(|l| l.0 == account) {
+                s[slot + usize::from(!l.1)] += l.2;
+            }
+        }
+        s
+    }
+
+    /// The balance less what open holds would take from it.
+    fn available(normal: NormalBalance, [d, c, hd, hc]: [i64; 4]) -> i64 {
+        match normal {
+            NormalBalance::Debit => d - c - hc,
+            NormalBalance::Credit => c - d - hd,
+        }
+    }
+
+    fn answer(
+        &mut self,
+        caller: &str,
+        key: &str,
+        meaning: String,
+        asks: &Asks,
+        now: i64,
+    ) -> MAnswer {
+        let k = (caller.to_owned(), key.to_owned());
+        if let Some((asked, outcome)) = self.keys.get(&k) {
+            return MAnswer::Outcome(match (asked == &meaning, outcome) {
+                (false, _) => Err(Reason::IdempotencyKeyReused),
+                (true, Ok(i)) => Ok((*i, true)),
+                (true, Err(r)) => Err(*r),
+            });
+        }
+        let outcome = match self.would(asks, now) {
+            Would::Unbound => return MAnswer::Unbound,
+            Would::Refuse(r) => Err(r),
+            Would::Record(p) => self.record(p),
+        };
+        self.keys.insert(k, (meaning, outcome));
+        MAnswer::Outcome(outcome.map(|i| (i, false)))
+    }
+
+    fn would(&self, asks: &Asks, now: i64) -> Would {
+        let posting = |legs: Vec<MLeg>, kind| MPosting {
+            legs,
+            kind,
+            voids: None,
+            voided: false,
+            effective: None,
+        };
+        match asks {
+            Asks::Post { legs, hold: None } => Would::Record(posting(legs.clone(), MKind::Move)),
+            Asks::Post {
+                legs,
+                hold: Some(expires),
+            } => Would::Record(posting(
+                legs.clone(),
+                MKind::Hold {
+                    expires: *expires,
+                    closed: None,
+                },
+            )),
+            Asks::Void(t) => self.void(*t, now),
+            Asks::Capture { hold, legs } => match self.pending(*hold, now) {
+                Err(r) => Would::Refuse(r),
+                Ok(()) => Would::Record(posting(
+                    legs.clone(),
+                    MKind::Closes(*hold, CloseKind::Capture),
+                )),
+            },
+            Asks::Expire(t) => match self.postings[*t].kind {
+                MKind::Hold {
+                    expires: Some(e),
+                    closed,
+                } if e <= now => match closed {
+                    Some(_) => Would::Refuse(Reason::HoldNotPending),
+                    None => Would::Record(MPosting {
+                        effective: Some(at(e)),
+                        ..posting(
+                            swapped(&self.postings[*t].legs),
+                            MKind::Closes(*t, CloseKind::Expire),
+                        )
+                    }),
+                },
+                _ => Would::Unbound,
+            },
+        }
+    }
+
+    /// A hold a caller may still close: not closed, not past its expiry.
+    fn pending(&self, hold: usize, now: i64) -> Result<(), Reason> {
+        match self.postings[hold].kind {
+            MKind::Hold {
+                closed: None,
+                expires,
+            } if expires.is_none_or(|e| e > now) => Ok(()),
+            MKind::Hold { .. } => Err(Reason::HoldNotPending),
+            _ => unreachable!("captures are sent for holds only"),
+        }
+    }
+
+    fn void(&self, t: usize, now: i64) -> Would {
+        let target = &self.postings[t];
+        let legs = swapped(&target.legs);
+        let void = |kind| MPosting {
+            legs,
+            kind,
+            voids: Some(t),
+            voided: false,
+            effective: None,
+        };
+        match target.kind {
+            _ if target.voids.is_some() => Would::Refuse(Reason::VoidOfVoid),
+            MKind::Closes(_, CloseKind::Expire) => Would::Refuse(Reason::VoidOfVoid),
+            MKind::Hold { .. } => match self.pending(t, now) {
+                Err(r) => Would::Refuse(r),
+                Ok(()) => Would::Record(void(MKind::Closes(t, CloseKind::Release))),
+            },
+            _ if target.voided => Would::Refuse(Reason::AlreadyVoided),
+            _ => Would::Record(void(MKind::Move)),
+        }
+    }
+
+    /// Records `p` unless it would take a no-negative account it touches below zero
+    /// available: a posting that moves money or holds does; a capture or a release never is
+    /// refused for funds.
+    fn record(&mut self, p: MPosting) -> Result<usize, Reason> {
+        let checked = matches!(p.kind, MKind::Move | MKind::Hold { .. });
+        for (id, &(_, _, normal, neg)) in ACCOUNTS.iter().enumerate() {
+            let mut s = self.sums(id);
+            let slot = if p.moves() { 0 } else { 2 };
+            for l in p.legs.iter().filter(|l| l.0 == id) {
+                s[slot + usize::from(!l.1)] += l.2;
+            }
+            let touched = p.legs.iter().any(|l| l.0 == id);
+            if checked && touched && !neg && Model::available(normal, s) < 0 {
+                return Err(Reason::InsufficientFunds);
+            }
+        }
+        let i = self.postings.len();
+        if let Some(t) = p.voids {
+            self.postings[t].voided = true;
+        }
+        if let MKind::Closes(h, how) = p.kind {
+            if let MKind::Hold { closed, .. } = &mut self.postings[h].kind {
+                *closed = Some((i, how));
+            }
+        }
+        self.postings.push(p);
+        Ok(i)
+    }
+}
+
+fn swapped(legs: &[MLeg]) -> Vec<MLeg> {
+    legs.iter().map(|&(a, d, c)| (a, !d, c)).collect()
+}
+
+/// One generated request: for `decide`, and for the model (its meaning and what it asks).
+struct Sent {
+    request: WriteRequest,
+    meaning: String,
+    asks: Asks,
+}
+
+fn leg_requests(legs: &[MLeg]) -> Vec<LegRequest> {
+    legs.iter()
+        .map(|&(a, debit, cents)| LegRequest {
+            account: ACCOUNTS[a].0.into(),
+            direction: Some(if debit {
+                Direction::Debit
+            } else {
+                Direction::Credit
+            }),
+            amount: Amount::from_minor(i128::from(cents), 2).to_string(),
+        })
+        .collect()
+}
+
+fn post(
+    caller: u8,
+    key: u8,
+    transfers: &[(usize, usize, i64)],
+    days: Option<i64>,
+    memo: u8,
+    hold: Option<Option<i64>>,
+) -> Sent {
+    let legs: Vec<MLeg> = transfers
+        .iter()
+        .flat_map(|&(f, t, c)| [(t, true, c), (f, false, c)])
+        .collect();
+    let req = PostRequest {
+        idempotency_key: format!("k{key}"),
+        legs: leg_requests(&legs),
+        effective_at: days.map(|d| start() + Duration::days(d)),
+        memo: format!("m{memo}"),
+        metadata: Metadata::new(),
+        hold: hold.is_some(),
+        hold_expires_at: hold.flatten().map(at),
+    };
+    let valid = req
+        .validate(&accounts())
+        .expect("the model's posts are valid");
+    Sent {
+        meaning: format!("post {legs:?} {days:?} {memo} {hold:?}"),
+        request: WriteRequest {
+            caller: format!("c{caller}"),
+            command: Command::Post(valid),
+        },
+        asks: Asks::Post { legs, hold },
+    }
+}
+
+fn void(ids: &[Uuid], caller: u8, key: u8, target: usize, reason: u8) -> Sent {
+    let req = VoidRequest {
+        idempotency_key: format!("k{key}"),
+        posting_id: ids[target].to_string(),
+        reason: format!("r{reason}"),
+        effective_at: None,
+    };
+    Sent {
+        meaning: format!("void {target} {reason}"),
+        request: WriteRequest {
+            caller: format!("c{caller}"),
+            command: Command::Void(req.validate().unwrap()),
+        },
+        asks: Asks::Void(target),
+    }
+}
+
+/// A capture of the hold `target` (as the store holds it), validated as the service does.
+fn capture(
+    model: &Model,
+    store: &Store,
+    (caller, key): (u8, u8),
+    target: usize,
+    quarters: Option<i64>,
+) -> Sent {
+    let held = &model.postings[target].legs;
+    let legs: Vec<MLeg> = match quarters {
+        None => held.clone(),
+        Some(q) => held
+            .iter()
+            .map(|&(a, d, c)| (a, d, (c * q / 4).max(1)))
+            .collect(),
+    };
+    let req = CaptureRequest {
+        idempotency_key: format!("k{key}"),
+        hold_posting_id: store.postings[target].posting_id.to_string(),
+        legs: if quarters.is_some() {
+            leg_requests(&legs)
+        } else {
+            Vec::new()
+        },
+        effective_at: None,
+        memo: String::new(),
+        metadata: Metadata::new(),
+    };
+    let valid = req
+        .validate(&PostingTerms::of(&store.postings[target]), &accounts())
+        .expect("the model's captures are valid");
+    Sent {
+        // "The whole hold" and its legs written out mean the same.
+        meaning: format!("capture {target} {legs:?}"),
+        request: WriteRequest {
+            caller: format!("c{caller}"),
+            command: Command::Capture(valid),
+        },
+        asks: Asks::Capture { hold: target, legs },
+    }
+}
+
+fn expire(ids: &[Uuid], target: usize) -> Sent {
+    Sent {
+        meaning: format!("expire {target}"),
+        request: ValidExpire::request(ids[target]),
+        asks: Asks::Expire(target),
+    }
+}
+
+/// The op as sent now (targets resolved, a hold's expiry made absolute), or `None` when it
+/// cannot be sent yet (nothing recorded to target).
+fn resolve(op: Op, sent: &[Op], model: &Model, now: i64) -> Option<Op> {
+    let n = model.postings.len();
+    match op {
+        Op::Again { of } => sent.get(of.checked_rem(sent.len())?).cloned(),
+        Op::Post {
+            caller,
+            key,
+            transfers,
+            days,
+            memo,
+            hold,
+        } => {
+            let hold = hold.map(|e| e.map(|s| now + s));
+            Some(Op::Post {
+                caller,
+                key,
+                transfers,
+                days,
+                memo,
+                hold,
+            })
+        }
+        Op::Void {
+            caller,
+            key,
+            target,
+            reason,
+        } => Some(Op::Void {
+            caller,
+            key,
+            target: target.checked_rem(n)?,
+            reason,
+        }),
+        Op::Capture {
+            caller,
+            key,
+            target,
+            quarters,
+        } => {
+            // The `target`-th hold (a capture of another posting is refused before the batch).
+            let holds: Vec<usize> = (0..n)
+                .filter(|&i| matches!(model.postings[i].kind, MKind::Hold { .. }))
+                .collect();
+            let target = holds[target.checked_rem(holds.len())?];
+            Some(Op::Capture {
+                caller,
+                key,
+                target,
+                quarters,
+            })
+        }
+        Op::Expire { target } => Some(Op::Expire {
+            target: target.checked_rem(n)?,
+        }),
+    }
+}
+
+fn sent_of(op: &Op, model: &Model, store: &Store, ids: &[Uuid]) -> Sent {
+    match *op {
+        Op::Post {
+            caller,
+            key,
+            ref transfers,
+            days,
+            memo,
+            hold,
+        } => post(caller, key, transfers, days, memo, hold),
+        Op::Void {
+            caller,
+            key,
+            target,
+            reason,
+        } => void(ids, caller, key, target, reason),
+        Op::Capture {
+            caller,
+            key,
+            target,
+            quarters,
+        } => capture(model, store, (caller, key), target, quarters),
+        Op::Expire { target } => expire(ids, target),
+        Op::Again { .. } => unreachable!("resolved"),
+    }
+}
+
+/// Decides the batch as the writer does: a round that refuses requests unbound is run again
+/// without them. The plan written, and the indexes refused unbound.
+fn decide_as_the_writer(
+    store: &mut Store,
+    requests: &[WriteRequest],
+    now: OffsetDateTime,
+) -> (Plan, Snapshot, Vec<usize>, Vec<usize>) {
+    let mut live: Vec<usize> = (0..requests.len()).collect();
+    let mut unbound = Vec::new();
+    loop {
+        let batch: Vec<WriteRequest> = live.iter().map(|&i| requests[i].clone()).collect();
+        let snapshot = store.snapshot(&batch, now);
+        let ids: Vec<Uuid> = batch.iter().map(|_| Uuid::now_v7()).collect();
+        let plan = decide(&snapshot, &batch, &ids);
+        if plan.unbound.is_empty() {
+            return (plan, snapshot, live, unbound);
+        }
+        assert!(
+            plan.postings.is_empty() && plan.rejections.is_empty(),
+            "an unbound plan plans nothing"
+        );
+        let refused: Vec<usize> = plan.unbound.iter().map(|(j, _)| live[*j]).collect();
+        unbound.extend(&refused);
+        live.retain(|i| !refused.contains(i));
+    }
+}
+
+/// Checks the outcomes of the live requests and the unbound ones against the model's answers.
+fn check_outcomes(
+    plan: &Plan,
+    live: &[usize],
+    unbound: &[usize],
+    want: &[MAnswer],
+    ids: &mut Vec<Uuid>,
+) -> Result<(), TestCaseError> {
+    let mut unbound = unbound.to_vec();
+    unbound.sort_unstable();
+    let want_unbound: Vec<usize> = (0..want.len())
+        .filter(|&i| want[i] == MAnswer::Unbound)
+        .collect();
+    prop_assert_eq!(unbound, want_unbound, "refused unbound");
+    for (got, &i) in plan.outcomes.iter().zip(live) {
+        let MAnswer::Outcome(want) = want[i] else {
+            unreachable!()
+        };
+        match (got, want) {
+            (Ok(d), Ok((n, replayed))) => {
+                if n == ids.len() {
+                    ids.push(d.posting.posting_id);
+                }
+                prop_assert_eq!(d.posting.posting_id, ids[n], "the model's posting");
+                prop_assert_eq!(d.replayed, replayed);
+            }
+            (Err(e), Err(r)) => prop_assert_eq!(e.reason, r, "{}", e),
+            (got, want) => prop_assert!(false, "decide {:?}, model {:?}", got, want),
+        }
+    }
+    for p in &plan.postings {
+        let legs: Vec<Leg> = p
+            .posting
+            .legs
+            .iter()
+            .map(|l| {
+                let a = &accounts()[&l.account];
+                Leg {
+                    account_id: a.id,
+                    account_code: a.code.clone(),
+                    currency: a.currency.clone(),
+                    direction: l.direction,
+                    amount: l.amount,
+                }
+            })
+            .collect();
+        prop_assert!(check_balanced(&legs).is_ok(), "balanced per currency");
+    }
+    Ok(())
+}
+
+/// Every posting's facts as read back, every account's sums, against the model.
+fn check_store(store: &Store, model: &Model, ids: &[Uuid]) -> Result<(), TestCaseError> {
+    prop_assert_eq!(store.postings.len(), model.postings.len());
+    let index = |id: Uuid| ids.iter().position(|&x| x == id).unwrap();
+    for (i, (p, m)) in store.postings.iter().zip(&model.postings).enumerate() {
+        prop_assert_eq!(p.posting_id, ids[i]);
+        let legs: Vec<MLeg> = p
+            .legs
+            .iter()
+            .map(|l| {
+                (
+                    accounts()[&l.account].id as usize,
+                    l.direction == Direction::Debit,
+                    l.amount.minor() as i64,
+                )
+            })
+            .collect();
+        let kind = match (p.hold, p.closes) {
+            (Some(h), None) => MKind::Hold {
+                expires: h.expires_at.map(|t| (t - start()).whole_seconds()),
+                closed: h.closed_by.map(|(by, k)| (index(by), k)),
+            },
+            (None, Some(c)) => MKind::Closes(index(c.hold), c.kind),
+            (None, None) => MKind::Move,
+            (Some(_), Some(_)) => return Err(TestCaseError::fail("a hold that closes a hold")),
+        };
+        let effective = m.effective.is_some().then_some(p.effective_at);
+        let got = MPosting {
+            legs,
+            kind,
+            voids: p.voids_posting_id.map(index),
+            voided: p.voided_by_posting_id.is_some(),
+            effective,
+        };
+        prop_assert_eq!(&got, m, "posting {}", i);
+    }
+    for (id, &(_, _, normal, _)) in ACCOUNTS.iter().enumerate() {
+        let t = store.totals.get(&(id as i64)).copied().unwrap_or_default();
+        let s = model.sums(id).map(i128::from);
+        prop_assert_eq!(
+            [t.debits, t.credits, t.held_debits, t.held_credits],
+            s,
+            "account {}",
+            id
+        );
+        prop_assert_eq!(
+            t.available(normal),
+            i128::from(Model::available(normal, model.sums(id)))
+        );
+    }
+    Ok(())
+}
+
+/// The first batch: funds for the no-negative accounts, so later requests are not all
+/// refused for funds.
+fn funding() -> Vec<Op> {
+    [(0, 1), (0, 2), (3, 0), (4, 5)]
+        .into_iter()
+        .enumerate()
+        .map(|(key, (from, to))| Op::Post {
+            caller: 9,
+            key: key as u8,
+            transfers: vec![(from, to, 10_000)],
+            days: None,
+            memo: 0,
+            hold: None,
+        })
+        .collect()
+}
+
+fn run(mut batches: Vec<Vec<Op>>) -> Result<(), TestCaseError> {
+    batches.insert(0, funding());
+    let (mut store, mut model) = (Store::default(), Model::default());
+    let mut ids: Vec<Uuid> = Vec::new(); // posting ids by the model's index
+    let mut sent: Vec<Op> = Vec::new();
+    for (b, ops) in batches.into_iter().enumerate() {
+        let now = b as i64;
+        // The expiry task: a release of every open hold that is due.
+        let due = (0..model.postings.len()).filter(|&i| matches!(model.postings[i].kind, MKind::Hold { expires: Some(e), closed: None } if e <= now));
+        let mut batch: Vec<Sent> = due.map(|i| expire(&ids, i)).collect();
+        for op in ops {
+            let Some(op) = resolve(op, &sent, &model, now) else {
+                continue;
+            };
+            batch.push(sent_of(&op, &model, &store, &ids));
+            sent.push(op);
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        let want: Vec<MAnswer> = batch
+            .iter()
+            .map(|s| {
+                model.answer(
+                    &s.request.caller,
+                    s.request.command.key(),
+                    s.meaning.clone(),
+                    &s.asks,
+                    now,
+                )
+            })
+            .collect();
+        let requests: Vec<WriteRequest> = batch.into_iter().map(|s| s.request).collect();
+        let (plan, snapshot, live, unbound) = decide_as_the_writer(&mut store, &requests, at(now));
+        plan.assert_sound(&snapshot.clock);
+        check_outcomes(&plan, &live, &unbound, &want, &mut ids)?;
+        let live_requests: Vec<WriteRequest> = live.iter().map(|&i| requests[i].clone()).collect();
+        store.write(&plan, &live_requests, &snapshot);
+        check_store(&store, &model, &ids)?;
+    }
+    Ok(())
+}
+
+/// How many random histories the model test runs (`LEDGER_MODEL_CASES` overrides).
+fn cases() -> u32 {
+    std::env::var("LEDGER_MODEL_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(512)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases()))]
+    #[test]
+    fn decide_agrees_with_the_model_on_every_outcome_posting_and_balance(
+        batches in prop::collection::vec(prop::collection::vec(op(), 1..9), 1..8)
+    ) {
+        run(batches)?;
+    }
+}

@@ -1,0 +1,139 @@
+//! The release of expired holds. Once a hold's `hold_expires_at` has passed, the ledger itself
+//! records its release: a posting like any other, through the writer, with caller `ledger`
+//! and key `expire:<hold posting id>` (so two servers, or a round and its retry, release a
+//! hold once). A task polls every [`HOLD_EXPIRY_POLL`] (by default), so a release is recorded
+//! within [`HOLD_EXPIRY_LAG_MAX`] of the expiry time under normal load; a capture or void that
+//! reaches the writer after the expiry time is refused whether the release is recorded yet or
+//! not (that rule is `decide`'s). At start-up, before serving, the server releases every hold
+//! that expired while it was stopped.
+
+use super::Ledger;
+use crate::storage;
+use ledger_core::hold::LEDGER_CALLER;
+use ledger_core::limits::{HOLD_EXPIRY_LAG_MAX, MAX_EXPIRIES_PER_ROUND};
+use ledger_core::record::rfc3339;
+use ledger_core::write::{Command, ValidExpire};
+use ledger_core::{LedgerError, Reason};
+use std::time::Duration;
+use time::OffsetDateTime;
+
+/// How often the expiry task looks for holds whose expiry time has passed, by default (knob
+/// `--hold-expiry-poll`).
+pub const HOLD_EXPIRY_POLL: Duration = Duration::from_millis(250);
+
+// By default, releases are asked well within the lag bound.
+const _: () = assert!(HOLD_EXPIRY_POLL.as_millis() * 2 <= HOLD_EXPIRY_LAG_MAX.as_millis());
+
+/// What one round did.
+#[derive(Debug, Default)]
+pub struct Round {
+    /// Releases recorded now (or found recorded by an earlier attempt).
+    pub released: usize,
+    /// Holds the round found closed by a capture or void first.
+    pub closed_first: usize,
+    /// Releases the writer could not record now (retried next round).
+    pub failed: usize,
+    /// Whether every due hold in the window was asked for (none left beyond the round's limit).
+    pub complete: bool,
+    /// The database's clock when the round looked.
+    pub now: Option<OffsetDateTime>,
+}
+
+impl Ledger {
+    /// Asks the writer to release every open hold expiring after `from` (none: any) whose
+    /// expiry time has passed, at most [`MAX_EXPIRIES_PER_ROUND`], as one writer job (decided
+    /// in one batch, whatever else is queued).
+    pub async fn release_expired(
+        &self,
+        from: Option<OffsetDateTime>,
+    ) -> Result<Round, LedgerError> {
+        let client = self.client().await?;
+        let (due, now) = storage::holds::due(&client, from, MAX_EXPIRIES_PER_ROUND)
+            .await
+            .map_err(super::unavailable)?;
+        drop(client);
+        let commands = due
+            .iter()
+            .map(|&id| Command::Expire(ValidExpire::of(id)))
+            .collect();
+        // One job: queued whole and decided in one batch, or refused whole (then the round
+        // fails and the next one asks again).
+        let outcomes = self.writer.submit_all(LEDGER_CALLER, commands).await?;
+        let mut round = Round {
+            complete: due.len() < MAX_EXPIRIES_PER_ROUND,
+            now: Some(now),
+            ..Round::default()
+        };
+        for (id, outcome) in due.iter().zip(outcomes) {
+            match outcome {
+                Ok(d) => {
+                    round.released += 1;
+                    warn_if_late(*id, &d.posting);
+                }
+                Err(e) if e.reason == Reason::HoldNotPending => round.closed_first += 1,
+                Err(e) => {
+                    round.failed += 1;
+                    tracing::warn!(hold = %id, error = %e, "the release of an expired hold was not recorded; retrying next round");
+                }
+            }
+        }
+        Ok(round)
+    }
+}
+
+/// Logs a release recorded later than [`HOLD_EXPIRY_LAG_MAX`] after the hold's expiry.
+fn warn_if_late(hold: uuid::Uuid, release: &ledger_core::record::Posting) {
+    let lag = release.recorded_at - release.effective_at;
+    if lag > HOLD_EXPIRY_LAG_MAX {
+        tracing::warn!(
+            %hold,
+            expired_at = %rfc3339(release.effective_at),
+            recorded_at = %rfc3339(release.recorded_at),
+            "the release of an expired hold was recorded {lag} after its expiry (bound HOLD_EXPIRY_LAG_MAX = {HOLD_EXPIRY_LAG_MAX:?})"
+        );
+    }
+}
+
+/// Releases every hold already expired, round after round until none is left or a round
+/// cannot record one: what the server does at start-up, before serving.
+pub async fn release_all_due(ledger: &Ledger) -> Result<usize, LedgerError> {
+    let mut released = 0;
+    loop {
+        let round = ledger.release_expired(None).await?;
+        released += round.released;
+        if round.failed > 0 {
+            return Err(LedgerError::unavailable(format!(
+                "{} releases of expired holds could not be recorded at start-up",
+                round.failed
+            )));
+        }
+        if round.complete {
+            return Ok(released);
+        }
+    }
+}
+
+/// The expiry task: a round every `poll` ([`HOLD_EXPIRY_POLL`] by default; at once again when
+/// a round hit its limit). Each round looks back `overlap` before the last complete round's clock, so a hold
+/// decided before that clock but committed after it (a batch takes at most the writer's
+/// timeout) is still found; holds released already are skipped by the query.
+pub async fn run(ledger: std::sync::Arc<Ledger>, poll: Duration, overlap: Duration) {
+    let mut from: Option<OffsetDateTime> = None;
+    loop {
+        match ledger.release_expired(from).await {
+            Ok(round) => {
+                if round.released > 0 {
+                    tracing::info!(released = round.released, "released expired holds");
+                }
+                if round.complete && round.failed == 0 {
+                    from = round.now.map(|now| now - overlap);
+                }
+                if !round.complete && round.failed == 0 {
+                    continue;
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot look for expired holds; retrying"),
+        }
+        tokio::time::sleep(poll).await;
+    }
+}

@@ -1,0 +1,511 @@
+//! The load step: the batch's transaction up to the snapshot its decision needs.
+
+use super::{BEGIN_SQL, CUSTOM_PLANS};
+use crate::storage::accounts::account_from_row;
+use crate::storage::read::{
+    postings_by_sequence, stored_rejection, with_state, Targets, TARGET_STATES_SQL,
+};
+use crate::storage::{StorageError, LEDGER_WRITE_LOCK};
+use ledger_core::account::{Account, AccountCache};
+use ledger_core::amount::parse_stored;
+use ledger_core::engine::{Rule, Totals};
+use ledger_core::posting::Fingerprint;
+use ledger_core::record::Posting;
+use ledger_core::write::{
+    distinct_keys, AccountState, Clock, Command, KeyState, Operation, Snapshot, StoredDecision,
+    WriteRequest,
+};
+use ledger_core::LedgerError;
+use std::collections::HashMap;
+use std::sync::RwLock;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+/// Claims the batch's keys: returns the position (1-based) and the key number of every key this
+/// insert claimed (a posting names its key by that number), inserting in (caller, key) order
+/// (a canonical order, so concurrent claims cannot deadlock).
+/// A key it did not claim was decided earlier; [`DECIDED_SQL`] reads that decision.
+const CLAIM_SQL: &str = "WITH u AS (
+        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[]) WITH ORDINALITY AS u(c, k, o, f, n)),
+     ins AS (
+        INSERT INTO idempotency_keys (caller, idempotency_key, operation, fingerprint, decided_at)
+        SELECT c, k, o, f, clock_timestamp() FROM u ORDER BY c, k
+        ON CONFLICT ON CONSTRAINT idempotency_keys_unique DO NOTHING
+        RETURNING caller, idempotency_key, key_id)
+     SELECT u.n, ins.key_id FROM u JOIN ins ON ins.caller = u.c AND ins.idempotency_key = u.k
+     ORDER BY u.n";
+
+/// The stored decision of keys decided before this batch (run only when the claim left some
+/// keys unclaimed).
+const DECIDED_SQL: &str =
+    "SELECT u.n, k.operation, k.fingerprint, p.sequence, r.reason, r.message, r.metadata
+     FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(c, k, n)
+     JOIN idempotency_keys k ON k.caller = u.c AND k.idempotency_key = u.k
+     LEFT JOIN postings p ON p.key_id = k.key_id
+     LEFT JOIN rejections r ON r.caller = u.c AND r.idempotency_key = u.k
+     ORDER BY u.n";
+
+/// The ledger's last committed batch and the clock, read under the lock.
+const STATE_SQL: &str = "SELECT last_sequence, last_recorded_at, clock_timestamp() AS now FROM ledger_state WHERE ledger_id = 1 FOR UPDATE";
+
+/// The totals of the accounts named by the batch's posts (ids distinct).
+const TOTALS_SQL: &str =
+    "SELECT t.account_id, t.debits::text AS debits, t.credits::text AS credits, t.version,
+            t.held_debits::text AS held_debits, t.held_credits::text AS held_credits
+     FROM unnest($1::bigint[]) AS x(id) JOIN account_totals t ON t.account_id = x.id";
+
+/// The accounts whose rules the cache does not hold yet (sent only when there are any).
+const ACCOUNTS_SQL: &str = "SELECT a.account_id, a.code, a.currency, a.scale, a.normal_balance, a.allow_negative, a.metadata, a.created_at
+     FROM unnest($1::bigint[]) AS x(id) JOIN accounts a ON a.account_id = x.id";
+
+/// The rows of the batch's first round trip.
+struct FirstRows {
+    claim: Vec<Row>,
+    state: Row,
+    totals: Vec<Row>,
+    accounts: Vec<Row>,
+    /// The state of the targets ([`TARGET_STATES_SQL`]).
+    targets: Vec<Row>,
+}
+
+/// Opens the batch's transaction and loads its [`Snapshot`]; `targets` are the postings its
+/// voids, captures and expiries name, as the lane read them (their state is read here, under
+/// the lock). Any error leaves the transaction to be rolled back (see [`super::rollback`]) and
+/// means nothing of the batch may be assumed.
+pub async fn load(
+    client: &deadpool_postgres::Client,
+    requests: &[WriteRequest],
+    cache: &RwLock<AccountCache>,
+    targets: &Targets,
+) -> Result<Snapshot, StorageError> {
+    assert!(!requests.is_empty(), "empty batch");
+    let firsts = distinct_keys(requests);
+    let (ids, voids) = touched(requests, &firsts, targets);
+    // The rules of the targets' accounts (as the lane read them) and of cached accounts are
+    // taken now: the cache may be emptied (when full) by another batch before this one is
+    // decided.
+    let mut found = Accounts::default();
+    found.of_targets(&targets.accounts);
+    let uncached: Vec<i64> = {
+        let cache = cache.read().expect("account cache lock");
+        ids.iter()
+            .copied()
+            .filter(|&id| {
+                if found.rules.contains_key(&id) {
+                    return false;
+                }
+                match cache.by_id(id) {
+                    Some(a) => {
+                        found.rules.insert(id, Rule::of(a));
+                        false
+                    }
+                    None => true,
+                }
+            })
+            .collect()
+    };
+    let first = first_round_trip(client, requests, &firsts, &ids, &uncached, &voids).await?;
+    let clock = clock_of(&first.state);
+    let claimed = claimed_keys(&first.claim, firsts.len());
+    let keys = key_states(client, requests, &firsts, &claimed).await?;
+    let new_voids: Vec<Uuid> = firsts
+        .iter()
+        .zip(&claimed)
+        .filter_map(|(&i, c)| c.and(requests[i].command.target()))
+        .collect();
+    let (targets_now, corrupt_targets) = targets_now(targets, &new_voids, &first.targets);
+    found.read(&first.accounts, cache);
+    found.totals(&ids, &first.totals);
+    Ok(Snapshot {
+        clock,
+        keys,
+        accounts: found.states,
+        account_ids: found.ids,
+        targets: targets_now,
+        corrupt_accounts: found.corrupt,
+        corrupt_targets,
+    })
+}
+
+/// The accounts the batch's posts and captures name and those of its targets' legs (ids
+/// distinct), and the targets of its voids, captures and expiries.
+fn touched(
+    requests: &[WriteRequest],
+    firsts: &[usize],
+    targets: &Targets,
+) -> (Vec<i64>, Vec<Uuid>) {
+    let mut ids: Vec<i64> = Vec::new();
+    let mut voids: Vec<Uuid> = Vec::new();
+    for &i in firsts {
+        let command = &requests[i].command;
+        match command {
+            Command::Post(p) => ids.extend(p.legs.iter().map(|l| l.account_id)),
+            Command::Capture(c) => ids.extend(c.legs.iter().map(|l| l.account_id)),
+            Command::Void(_) | Command::Expire(_) => {}
+        }
+        if let Some(target) = command.target() {
+            voids.push(target);
+            let legs = targets.postings.get(&target).map(|p| &p.legs);
+            ids.extend(
+                legs.into_iter()
+                    .flatten()
+                    .filter_map(|l| targets.accounts.get(&l.account))
+                    .map(|a| a.id),
+            );
+        }
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    voids.sort_unstable();
+    voids.dedup();
+    (ids, voids)
+}
+
+/// The targets of the keys this batch claimed, each with its state now; a state that cannot be
+/// read (a closing posting of an unknown kind) is the refusal of the requests that name it.
+fn targets_now(
+    targets: &Targets,
+    claimed: &[Uuid],
+    states: &[Row],
+) -> (HashMap<Uuid, Posting>, HashMap<Uuid, LedgerError>) {
+    let states: HashMap<Uuid, &Row> = states.iter().map(|r| (r.get("id"), r)).collect();
+    let mut now = HashMap::new();
+    let mut corrupt = HashMap::new();
+    for id in claimed {
+        let p = targets
+            .postings
+            .get(id)
+            .unwrap_or_else(|| panic!("target {id} was read and checked by the lane"));
+        let state = states
+            .get(id)
+            .unwrap_or_else(|| panic!("a state row for target {id}"));
+        match with_state(p.clone(), state) {
+            Ok(p) => {
+                now.insert(*id, p);
+            }
+            Err(e) => {
+                corrupt.insert(*id, e.into_ledger_error());
+            }
+        }
+    }
+    (now, corrupt)
+}
+
+/// One round trip: BEGIN, claim, lock, state, accounts, run in this order. The claim comes
+/// before the lock, so it runs while another batch holds the lock (on another core); a key
+/// that batch has inserted but not committed makes the claim wait for its commit and then
+/// conflict. Keys are inserted in (caller, key) order, so two claims never wait on each other
+/// in a cycle. The state and the accounts are read with snapshots taken after the lock, so
+/// they see every earlier batch.
+async fn first_round_trip(
+    client: &deadpool_postgres::Client,
+    requests: &[WriteRequest],
+    firsts: &[usize],
+    ids: &[i64],
+    uncached: &[i64],
+    voids: &[Uuid],
+) -> Result<FirstRows, StorageError> {
+    let (lock_st, state_st, claim_st, totals_st, accounts_st, targets_st) = futures_util::try_join!(
+        client.prepare_cached("SELECT pg_advisory_xact_lock($1)"),
+        client.prepare_cached(STATE_SQL),
+        client.prepare_cached(CLAIM_SQL),
+        client.prepare_cached(TOTALS_SQL),
+        client.prepare_cached(ACCOUNTS_SQL),
+        client.prepare_cached(TARGET_STATES_SQL),
+    )?;
+    let callers: Vec<&str> = firsts
+        .iter()
+        .map(|&i| requests[i].caller.as_str())
+        .collect();
+    let keys: Vec<&str> = firsts.iter().map(|&i| requests[i].command.key()).collect();
+    let ops: Vec<&str> = firsts
+        .iter()
+        .map(|&i| requests[i].command.operation().as_str())
+        .collect();
+    let fps: Vec<&[u8]> = firsts
+        .iter()
+        .map(|&i| requests[i].command.fingerprint().as_slice())
+        .collect();
+    let claim_params: [&(dyn ToSql + Sync); 4] = [&callers, &keys, &ops, &fps];
+    let accounts = async {
+        if uncached.is_empty() {
+            return Ok(Vec::new());
+        }
+        client.query(&accounts_st, &[&uncached]).await
+    };
+    let targets = async {
+        if voids.is_empty() {
+            return Ok(Vec::new());
+        }
+        client.query(&targets_st, &[&voids]).await
+    };
+    let lock_params: [&(dyn ToSql + Sync); 1] = [&LEDGER_WRITE_LOCK];
+    let totals_params: [&(dyn ToSql + Sync); 1] = [&ids];
+    let (_, claim, _, state, _, totals, accounts, targets) = futures_util::try_join!(
+        client.batch_execute(BEGIN_SQL),
+        client.query(&claim_st, &claim_params),
+        client.execute(&lock_st, &lock_params),
+        client.query_one(&state_st, &[]),
+        client.batch_execute(CUSTOM_PLANS),
+        client.query(&totals_st, &totals_params),
+        accounts,
+        targets
+    )?;
+    Ok(FirstRows {
+        claim,
+        state,
+        totals,
+        accounts,
+        targets,
+    })
+}
+
+fn clock_of(state: &Row) -> Clock {
+    Clock {
+        last_sequence: state.get("last_sequence"),
+        last_recorded_at: state.get("last_recorded_at"),
+        now: state.get("now"),
+    }
+}
+
+/// The number of each key this batch claimed (`None`: decided earlier), in key order.
+fn claimed_keys(claim: &[Row], keys: usize) -> Vec<Option<i64>> {
+    assert!(claim.len() <= keys, "at most one claim row per key");
+    let mut claimed: Vec<Option<i64>> = vec![None; keys];
+    for row in claim {
+        let n: i64 = row.get("n");
+        assert!(
+            n >= 1 && n as usize <= keys,
+            "claim row {n} names a key of the batch"
+        );
+        let slot = &mut claimed[n as usize - 1];
+        assert!(slot.is_none(), "key {n} claimed twice");
+        *slot = Some(row.get("key_id"));
+    }
+    claimed
+}
+
+/// Each key's state: claimed now, or its decision stored earlier (one more round trip, only
+/// when the batch has keys decided earlier).
+async fn key_states(
+    client: &deadpool_postgres::Client,
+    requests: &[WriteRequest],
+    firsts: &[usize],
+    claimed: &[Option<i64>],
+) -> Result<Vec<KeyState>, StorageError> {
+    let unclaimed: Vec<usize> = firsts
+        .iter()
+        .zip(claimed)
+        .filter(|(_, c)| c.is_none())
+        .map(|(&i, _)| i)
+        .collect();
+    let rows = if unclaimed.is_empty() {
+        Vec::new()
+    } else {
+        let c: Vec<&str> = unclaimed
+            .iter()
+            .map(|&i| requests[i].caller.as_str())
+            .collect();
+        let k: Vec<&str> = unclaimed
+            .iter()
+            .map(|&i| requests[i].command.key())
+            .collect();
+        let st = client.prepare_cached(DECIDED_SQL).await?;
+        client.query(&st, &[&c, &k]).await?
+    };
+    assert_eq!(
+        rows.len(),
+        unclaimed.len(),
+        "a key that conflicted must exist"
+    );
+    let seqs: Vec<i64> = rows
+        .iter()
+        .filter_map(|r| r.get::<_, Option<i64>>("sequence"))
+        .collect();
+    let (mut postings, mut bad) = load_postings_tolerant(client, &seqs).await?;
+    let mut rows = rows.iter().enumerate();
+    Ok(claimed
+        .iter()
+        .zip(firsts)
+        .map(|(c, &i)| match c {
+            Some(key_id) => KeyState::Claimed(*key_id),
+            None => {
+                let (j, row) = rows.next().expect("a decision row per unclaimed key");
+                assert_eq!(
+                    row.get::<_, i64>("n"),
+                    j as i64 + 1,
+                    "decision rows in order"
+                );
+                stored_decision(row, requests[i].command.key(), &mut postings, &mut bad)
+            }
+        })
+        .collect())
+}
+
+/// A key's stored decision, or the refusal when it cannot be read.
+fn stored_decision(
+    row: &Row,
+    key: &str,
+    postings: &mut HashMap<i64, Posting>,
+    bad: &mut HashMap<i64, LedgerError>,
+) -> KeyState {
+    let outcome = match row.get::<_, Option<i64>>("sequence") {
+        Some(seq) => match bad.get(&seq) {
+            Some(e) => return KeyState::Unreadable(e.clone()),
+            None => Ok(postings.remove(&seq).expect("replayed posting loaded")),
+        },
+        None => match stored_rejection(
+            key,
+            row.get("reason"),
+            row.get("message"),
+            row.get("metadata"),
+        ) {
+            Ok(rejection) => Err(rejection),
+            Err(e) => return KeyState::Unreadable(e.into_ledger_error()),
+        },
+    };
+    let operation = row.get::<_, &str>("operation");
+    let operation = Operation::parse(operation)
+        .unwrap_or_else(|| panic!("stored operation {operation:?} (a CHECK constraint)"));
+    let fingerprint: Fingerprint = row
+        .get::<_, &[u8]>("fingerprint")
+        .try_into()
+        .expect("a 32-byte fingerprint (a CHECK constraint)");
+    KeyState::Decided(Box::new(StoredDecision {
+        operation,
+        fingerprint,
+        outcome,
+    }))
+}
+
+/// Postings by sequence; those that break an invariant come back apart, as the refusal of
+/// the requests that touch them.
+async fn load_postings_tolerant(
+    client: &deadpool_postgres::Client,
+    sequences: &[i64],
+) -> Result<(HashMap<i64, Posting>, HashMap<i64, LedgerError>), StorageError> {
+    let mut left = sequences.to_vec();
+    let mut bad = HashMap::new();
+    loop {
+        match postings_by_sequence(client, &left).await {
+            Ok(ps) => {
+                let good = ps.into_iter().map(|p| (p.sequence as i64, p)).collect();
+                return Ok((good, bad));
+            }
+            Err(StorageError::Corrupt {
+                row,
+                sequence: Some(s),
+                detail,
+            }) if left.contains(&s) => {
+                left.retain(|&x| x != s);
+                let e = StorageError::Corrupt {
+                    row,
+                    sequence: Some(s),
+                    detail,
+                };
+                bad.insert(s, e.into_ledger_error());
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The accounts a snapshot holds, as they are read.
+#[derive(Default)]
+struct Accounts {
+    states: HashMap<i64, AccountState>,
+    ids: HashMap<String, i64>,
+    corrupt: HashMap<i64, LedgerError>,
+    /// Rules by id: from the cache and the rows read now.
+    rules: HashMap<i64, Rule>,
+}
+
+impl Accounts {
+    /// The rules and ids of the targets' accounts.
+    fn of_targets(&mut self, targets: &HashMap<String, Account>) {
+        for a in targets.values() {
+            self.rules.insert(a.id, Rule::of(a));
+            self.ids.insert(a.code.clone(), a.id);
+        }
+    }
+
+    /// The rules of the accounts read now (added to the cache).
+    fn read(&mut self, accounts: &[Row], cache: &RwLock<AccountCache>) {
+        let mut fresh: Vec<Account> = Vec::new();
+        for r in accounts {
+            match account_from_row(r) {
+                Ok(a) => {
+                    self.rules.insert(a.id, Rule::of(&a));
+                    fresh.push(a);
+                }
+                Err(e) => {
+                    self.corrupt
+                        .insert(r.get("account_id"), e.into_ledger_error());
+                }
+            }
+        }
+        let n = fresh.len();
+        cache.write().expect("account cache lock").fill(fresh, n);
+    }
+
+    /// The totals of the batch's accounts (`ids`); a missing or impossible totals row is a
+    /// corrupt account.
+    fn totals(&mut self, ids: &[i64], totals: &[Row]) {
+        for r in totals {
+            let id: i64 = r.get("account_id");
+            if self.corrupt.contains_key(&id) || self.states.contains_key(&id) {
+                continue;
+            }
+            let rule = self
+                .rules
+                .get(&id)
+                .unwrap_or_else(|| panic!("account {id} has totals but no rules"))
+                .clone();
+            match stored_totals(r, &rule) {
+                Ok(totals) => {
+                    self.states.insert(id, AccountState { rule, totals });
+                }
+                Err(e) => {
+                    self.corrupt.insert(id, e.into_ledger_error());
+                }
+            }
+        }
+        for &id in ids {
+            if !self.states.contains_key(&id) && !self.corrupt.contains_key(&id) {
+                let code = self
+                    .rules
+                    .get(&id)
+                    .map_or(format!("#{id}"), |r| r.code.clone());
+                let e = StorageError::corrupt_account(&code, "no totals row");
+                self.corrupt.insert(id, e.into_ledger_error());
+            }
+        }
+    }
+}
+
+/// An account's stored totals; ones no writer could have left (negative, or a no-negative
+/// account below zero, or more decimals than its scale) are a corrupt row.
+fn stored_totals(r: &Row, rule: &Rule) -> Result<Totals, StorageError> {
+    let corrupt = |e: String| StorageError::corrupt_account(&rule.code, format!("totals: {e}"));
+    let t = Totals {
+        debits: parse_stored(r.get("debits"), rule.scale).map_err(corrupt)?,
+        credits: parse_stored(r.get("credits"), rule.scale).map_err(corrupt)?,
+        version: r.get("version"),
+        held_debits: parse_stored(r.get("held_debits"), rule.scale).map_err(corrupt)?,
+        held_credits: parse_stored(r.get("held_credits"), rule.scale).map_err(corrupt)?,
+    };
+    if [t.debits, t.credits, t.held_debits, t.held_credits]
+        .iter()
+        .any(|v| *v < 0)
+        || t.version < 0
+    {
+        return Err(corrupt(format!("negative: {t:?}")));
+    }
+    if !rule.allow_negative && t.available(rule.normal_balance) < 0 {
+        return Err(corrupt(format!(
+            "below zero, which the account forbids: {t:?}"
+        )));
+    }
+    Ok(t)
+}
