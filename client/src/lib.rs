@@ -1,8 +1,9 @@
 //! `ledger-client`: the Rust client of the ledger service, so that nobody hand-rolls
 //! retries around a ledger.
 //!
-//! - [`Client`]: typed calls (amounts as [`Decimal`], written exactly at each account's
-//!   scale, never rounded; times as [`std::time::SystemTime`]), the [`RetryPolicy`] built in
+//! - [`Client`]: typed calls (amounts given as [`Decimal`] or [`Amount`], written exactly at
+//!   each account's scale, never rounded; answered as exact [`Amount`]s, a `Decimal` where
+//!   one holds the value; times as [`std::time::SystemTime`]), the [`RetryPolicy`] built in
 //!   (a call whose outcome is unknown is sent again as it was, with the same idempotency key,
 //!   a bounded number of times, with exponential backoff and jitter), and optional
 //!   coalescing of concurrent [`Client::post`] calls into `PostBatch` calls
@@ -46,7 +47,7 @@ mod error;
 mod retry;
 mod types;
 
-pub use amount::{from_wire, to_wire, MAX_AMOUNT_DIGITS, MAX_SCALE};
+pub use amount::{from_wire, to_wire, Amount, MAX_AMOUNT_DIGITS, MAX_SCALE};
 pub use client::{
     Client, ClientOptions, ClientStats, Coalesce, PostingBy, MAX_BATCH_REQUESTS,
     MAX_BATCH_REQUEST_BYTES, MAX_CACHED_ACCOUNTS, PAGE_SIZE,

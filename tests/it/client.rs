@@ -407,8 +407,12 @@ async fn a_hold_through_the_client_reserves_funds_and_a_partial_capture_posts_pa
     assert_eq!(open.status, HoldStatus::Pending);
     let card = client.balance("acct:card", AsOf::now()).await.unwrap();
     assert_eq!(
-        (card.balance, card.held_credits, card.available),
-        (dec("100.00"), dec("30.00"), dec("70.00")),
+        (
+            card.balance.exact().as_str(),
+            card.held_credits.exact().as_str(),
+            card.available.exact().as_str()
+        ),
+        ("100.00", "30.00", "70.00"),
         "a hold reserves funds and moves none"
     );
     let capture = NewCapture::new("settle", &hold.posting_id)
@@ -422,8 +426,12 @@ async fn a_hold_through_the_client_reserves_funds_and_a_partial_capture_posts_pa
     assert!(client.capture(capture).await.unwrap().replayed, "a replay");
     let card = client.balance("acct:card", AsOf::now()).await.unwrap();
     assert_eq!(
-        (card.balance, card.held_credits, card.available),
-        (dec("87.50"), dec("0.00"), dec("87.50")),
+        (
+            card.balance.exact().as_str(),
+            card.held_credits.exact().as_str(),
+            card.available.exact().as_str()
+        ),
+        ("87.50", "0.00", "87.50"),
         "the capture posts 12.50 and releases the rest"
     );
     let closed = client
