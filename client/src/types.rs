@@ -84,7 +84,8 @@ fn id(s: String) -> Option<String> {
     (!s.is_empty()).then_some(s)
 }
 
-/// An account to create. Every attribute is fixed at creation.
+/// An account to create. Every attribute is fixed at creation. Built with
+/// [`NewAccount::new`] and its setters, or as a struct literal.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NewAccount {
     /// 1..128 characters of `a-z 0-9 : _ - .`.
@@ -97,6 +98,39 @@ pub struct NewAccount {
     /// Whether its balance may go below zero.
     pub allow_negative: bool,
     pub metadata: Metadata,
+}
+
+impl NewAccount {
+    /// An account `code` of `currency` carrying `scale` decimals, growing on the
+    /// `normal_balance` side; its balance may not go below zero and it has no metadata
+    /// ([`NewAccount::allow_negative`], [`NewAccount::metadata`] change that).
+    pub fn new(
+        code: impl Into<String>,
+        currency: impl Into<String>,
+        scale: u32,
+        normal_balance: NormalBalance,
+    ) -> NewAccount {
+        NewAccount {
+            code: code.into(),
+            currency: currency.into(),
+            scale,
+            normal_balance,
+            allow_negative: false,
+            metadata: Metadata::new(),
+        }
+    }
+
+    /// Whether its balance may go below zero (a funding source, a clearing account).
+    pub fn allow_negative(mut self, allow: bool) -> NewAccount {
+        self.allow_negative = allow;
+        self
+    }
+
+    /// With one metadata entry.
+    pub fn metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> NewAccount {
+        self.metadata.insert(key.into(), value.into());
+        self
+    }
 }
 
 /// An account as the ledger stores it.
@@ -623,5 +657,33 @@ mod tests {
         broken.available = "1e30".into();
         let e = Balance::from_pb(broken).unwrap_err();
         assert_eq!(e.metadata["field"], "available", "{e}");
+    }
+
+    #[test]
+    fn a_new_account_has_defaults_and_setters_and_equals_its_struct_literal() {
+        let plain = NewAccount::new("assets:bank", "EUR", 2, NormalBalance::Debit);
+        assert_eq!(
+            plain,
+            NewAccount {
+                code: "assets:bank".into(),
+                currency: "EUR".into(),
+                scale: 2,
+                normal_balance: NormalBalance::Debit,
+                allow_negative: false,
+                metadata: Metadata::new(),
+            }
+        );
+        let world = NewAccount::new("equity:world", "EUR", 2, NormalBalance::Credit)
+            .allow_negative(true)
+            .metadata("owner", "treasury")
+            .metadata("desk", "eu");
+        assert!(world.allow_negative);
+        assert_eq!(
+            world.metadata.into_iter().collect::<Vec<_>>(),
+            [
+                ("desk".into(), "eu".into()),
+                ("owner".into(), "treasury".into())
+            ]
+        );
     }
 }
