@@ -11,7 +11,8 @@
 //! - [`domain`]: the pure core: amounts, accounts, postings, every write rule (`decide`).
 //! - [`storage`]: the only SQL: pool, migrations, the batch's load and write, reads, check.
 //! - [`outbox`]: the publisher that delivers the outbox's events to NATS JetStream.
-//! - [`embedded_pg`]: the private PostgreSQL of the default mode.
+//! - [`embedded_pg`]: the private PostgreSQL of the default mode; [`embedded_recovery`]:
+//!   `serve` starts it again when its postmaster dies, or exits.
 //! - [`server`]: boots the rooms together; [`tuning`]: their knobs in one value;
 //!   [`metrics`]: the Prometheus endpoint.
 //!
@@ -23,6 +24,7 @@ pub mod access;
 pub mod cli;
 pub mod domain;
 pub mod embedded_pg;
+pub mod embedded_recovery;
 pub mod grpc;
 pub mod metrics;
 pub mod outbox;
