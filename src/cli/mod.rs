@@ -1,6 +1,7 @@
 //! The `ledger` command line: serve, migrate, and the operator and client commands.
 
 use ledger_server::embedded_pg::{EmbeddedPg, EmbeddedPgError, PgOptions};
+use ledger_server::embedded_recovery::Keeper;
 use ledger_server::server::{self, ServerOptions};
 mod tuning;
 
@@ -450,8 +451,12 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             let ops = ops.load(set(db.database_url.clone()).is_none())?;
             let tuning = tuning.tuning()?;
             let (url, pg) = database(&db, "serve", Holding::Exclusive).await?;
-            let result = serve(listen, url, tuning, outbox, ops).await;
-            stop_embedded(pg).await?;
+            // The embedded PostgreSQL is started again when it dies, or the server exits.
+            let mut keeper = pg.map(Keeper::start).transpose()?;
+            let result = serve(listen, url, tuning, outbox, ops, keeper.as_mut()).await;
+            if let Some(keeper) = keeper {
+                keeper.stop().await?;
+            }
             result?;
             Ok(ExitCode::SUCCESS)
         }
@@ -603,12 +608,15 @@ async fn check(url: &str) -> Result<ExitCode, BoxError> {
     })
 }
 
+/// Serves until a shutdown signal, or until the `keeper` of the embedded PostgreSQL gave up
+/// (then, drained and stopped like at a signal, it returns why: the process exits 1).
 async fn serve(
     listen: SocketAddr,
     database_url: String,
     tuning: ledger_server::tuning::Tuning,
     outbox: OutboxArgs,
     ops: server::OpsOptions,
+    keeper: Option<&mut Keeper>,
 ) -> Result<(), BoxError> {
     // The in-process publisher logs in as the pool does.
     let publisher_opts = outbox.publisher(
@@ -632,15 +640,31 @@ async fn serve(
             None
         }
     };
-    shutdown_signal().await;
+    let gave_up = tokio::select! {
+        _ = shutdown_signal() => None,
+        failed = keeper_gave_up(keeper) => Some(failed),
+    };
     tracing::info!("shutting down: finishing in-flight requests");
     let _ = stop_publisher.send(true);
     server.shutdown().await?;
     if let Some(p) = publisher {
         let _ = p.await;
     }
+    if let Some(failed) = gave_up {
+        return Err(failed.into());
+    }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Resolves when the keeper gave up; never without one (an external database).
+async fn keeper_gave_up(
+    keeper: Option<&mut Keeper>,
+) -> ledger_server::embedded_recovery::RecoveryFailed {
+    match keeper {
+        Some(keeper) => keeper.gave_up().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

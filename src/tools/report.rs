@@ -1,6 +1,8 @@
 //! `ledger report`: client commands for people and spreadsheets. They call a running server
-//! through `ledger-client`'s typed API (every page at one cut-off, amounts as decimals at the
-//! account's scale) and print an aligned table (with totals) or CSV with a header. Every
+//! through `ledger-client`'s typed API (every page at one cut-off, amounts as exact
+//! `ledger_client::Amount`s at the account's scale, printed exactly and compared exactly: the
+//! ledger's totals reach 10^36 minor units, beyond a `Decimal`) and print an aligned table
+//! (with totals) or CSV with a header. Every
 //! balance is followed by what pending holds hold on it (held debits, held credits) and the
 //! amount they leave available; the trial balance's totals add up the held amounts too.
 
@@ -422,7 +424,7 @@ mod tests {
         );
     }
 
-    use ledger_client::{Applied, Decimal};
+    use ledger_client::{Amount, Applied};
     use std::time::{Duration, SystemTime};
 
     /// 2027-01-15T08:00:00Z plus `secs`.
@@ -430,8 +432,8 @@ mod tests {
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs)
     }
 
-    fn eur(minor: i64) -> Decimal {
-        Decimal::new(minor, 2)
+    fn eur(minor: i128) -> Amount {
+        Amount::new(minor, 2)
     }
 
     fn cut() -> Applied {
@@ -444,7 +446,7 @@ mod tests {
 
     /// A balance of EUR minor units: debits, credits, balance, held debits, held credits,
     /// available.
-    fn bal(account: &str, [d, c, b, hd, hc, av]: [i64; 6]) -> Balance {
+    fn bal(account: &str, [d, c, b, hd, hc, av]: [i128; 6]) -> Balance {
         Balance {
             account: account.into(),
             currency: "EUR".into(),
@@ -458,7 +460,7 @@ mod tests {
         }
     }
 
-    fn total([d, c, hd, hc]: [i64; 4]) -> CurrencyTotal {
+    fn total([d, c, hd, hc]: [i128; 4]) -> CurrencyTotal {
         CurrencyTotal {
             currency: "EUR".into(),
             debits: eur(d),
@@ -480,7 +482,7 @@ mod tests {
         }
     }
 
-    fn entry(sequence: u64, direction: Direction, amount: i64, after: i64) -> Entry {
+    fn entry(sequence: u64, direction: Direction, amount: i128, after: i128) -> Entry {
         Entry {
             posting_id: format!("p{sequence}"),
             sequence,
@@ -500,7 +502,27 @@ mod tests {
     fn trial_balance_cases() -> Vec<Case> {
         let mut unbalanced = with_hold();
         unbalanced.totals[0].held_credits = eur(900);
+        // The ledger's largest totals (MAX_TOTAL_MINOR, 10^36 minor units), one unit apart.
+        let max = 10i128.pow(36);
+        let largest = TrialBalance {
+            balances: vec![bal("a:0", [max, 1, max - 1, 0, 0, max - 1])],
+            totals: vec![total([max, max - 1, 0, 0])],
+        };
         vec![
+            (
+                "trial balance, csv, the ledger's largest totals, exactly",
+                trial_balance_csv(&largest),
+                "account,currency,debits,credits,balance,held_debits,held_credits,available
+a:0,EUR,10000000000000000000000000000000000.00,0.01,9999999999999999999999999999999999.99,0.00,0.00,9999999999999999999999999999999999.99
+TOTAL,EUR,10000000000000000000000000000000000.00,9999999999999999999999999999999999.99,,0.00,0.00,
+"
+                .into(),
+            ),
+            (
+                "trial balance, table, the largest totals one unit apart do not balance",
+                trial_balance_table(&largest, "").lines().last().unwrap().into(),
+                "TOTAL    EUR       10000000000000000000000000000000000.00  9999999999999999999999999999999999.99                           NOT BALANCED         0.00          0.00".into(),
+            ),
             (
                 "trial balance, csv",
                 trial_balance_csv(&with_hold()),

@@ -4,6 +4,7 @@
 use crate::access::Pki;
 use crate::support::*;
 use ledger_server::access::auth::{auth_line, new_token, AuthFile, Role};
+use ledger_server::grpc::pb;
 use ledger_server::server::{OpsOptions, TlsPem};
 use serde_json::Value;
 use std::process::Output;
@@ -215,6 +216,77 @@ async fn the_cli_holds_captures_in_part_releases_and_reads_a_hold_as_of_before_i
         "{}",
         stderr(&out)
     );
+}
+
+/// 10^26 and 9·10^26 EUR at scale 2: 29 and 30 digits in minor units, beyond the 28 or 29
+/// of a `rust_decimal::Decimal`, well within the ledger's totals (10^36 minor units).
+const SMALL: &str = "100000000000000000000000000.00";
+const LARGE: &str = "900000000000000000000000000.00";
+const SUM: &str = "1000000000000000000000000000.00";
+
+#[tokio::test]
+async fn reports_print_totals_beyond_a_decimal_exactly_as_tables_and_csv() {
+    let mut t = TestLedger::start().await;
+    t.account("equity:world", "EUR", 2, pb::NormalBalance::Credit, true)
+        .await;
+    t.account("wallet:r", "EUR", 2, pb::NormalBalance::Debit, false)
+        .await;
+    for (key, amount) in [("big-1", SMALL), ("big-2", LARGE)] {
+        t.post(transfer(key, "equity:world", "wallet:r", amount))
+            .await
+            .unwrap();
+    }
+    let s = t.server.as_ref().unwrap().local_addr.to_string();
+    let report = |args: &'static [&'static str]| {
+        let s = s.clone();
+        async move {
+            let out = ledger(args, &s).await;
+            assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+            String::from_utf8(out.stdout).unwrap()
+        }
+    };
+    let csv = report(&["report", "statement", "wallet:r", "--format", "csv"]).await;
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 4, "{csv}");
+    assert!(
+        lines[1].ends_with(&format!(",{SMALL},,{SMALL},,,")),
+        "{csv}"
+    );
+    assert!(lines[2].ends_with(&format!(",{LARGE},,{SUM},,,")), "{csv}");
+    assert_eq!(
+        lines[3],
+        format!("TOTAL,,,,{SUM},0.00,{SUM},0.00,0.00,{SUM}")
+    );
+    let table = report(&["report", "statement", "wallet:r"]).await;
+    let words = |l: &str| l.split_whitespace().map(String::from).collect::<Vec<_>>();
+    let total = words(table.lines().last().unwrap());
+    assert_eq!(
+        total,
+        ["TOTAL", "2", "entries", SUM, "0.00", SUM, "0.00", "0.00", SUM],
+        "{table}"
+    );
+    assert!(table.contains(&format!(" {LARGE}  ")), "{table}");
+
+    let csv = report(&["report", "trial-balance", "--format", "csv"]).await;
+    assert_eq!(
+        csv.lines().collect::<Vec<_>>(),
+        [
+            "account,currency,debits,credits,balance,held_debits,held_credits,available"
+                .to_string(),
+            format!("equity:world,EUR,0.00,{SUM},{SUM},0.00,0.00,{SUM}"),
+            format!("wallet:r,EUR,{SUM},0.00,{SUM},0.00,0.00,{SUM}"),
+            format!("TOTAL,EUR,{SUM},{SUM},,0.00,0.00,"),
+        ]
+    );
+    let table = report(&["report", "trial-balance"]).await;
+    let total = words(table.lines().last().unwrap());
+    assert_eq!(
+        total,
+        ["TOTAL", "EUR", SUM, SUM, "balanced", "0.00", "0.00"],
+        "{table}"
+    );
+    // The same figures as the server's own answer.
+    assert_eq!(t.balance("wallet:r", None).await.balance, SUM);
 }
 
 #[tokio::test]

@@ -287,12 +287,25 @@ async fn coalescing_under_200_concurrent_tasks_sends_fewer_calls_than_posts_and_
     );
 }
 
-/// The README's example (docs/client.md), with the server's address passed in.
-async fn documented_example(server: &str) -> Result<(), ledger_client::Error> {
+/// The example of the docs (README.md, docs/client.md, the crate's doc): the body of its
+/// `main`, with the server's address passed in. Returns what it posted and read.
+async fn documented_example(
+    server: &str,
+) -> Result<(ledger_client::Posted, ledger_client::Balance), ledger_client::Error> {
     // example:begin
-    use ledger_client::{AsOf, Client, ClientOptions, Decimal, NewPosting};
-
+    use ledger_client::{
+        AsOf, Client, ClientOptions, Decimal, NewAccount, NewPosting, NormalBalance,
+    };
+    // example:main
     let ledger = Client::connect(ClientOptions::new(server)).await?;
+    // Accounts never change: creating one that exists as asked finds it (safe on every run).
+    for account in [
+        NewAccount::new("assets:bank", "EUR", 2, NormalBalance::Debit),
+        NewAccount::new("liabilities:wallet:alice", "EUR", 2, NormalBalance::Credit)
+            .metadata("owner", "alice"),
+    ] {
+        ledger.create_account(account).await?;
+    }
     let amount = Decimal::new(1250, 2); // 12.50, at most the account's scale
     let payment = NewPosting::new("order-1042/payment") // the same key on every retry
         .debit("assets:bank", amount)
@@ -305,23 +318,50 @@ async fn documented_example(server: &str) -> Result<(), ledger_client::Error> {
     let wallet = ledger
         .balance("liabilities:wallet:alice", AsOf::now())
         .await?;
-    println!("alice holds {} {}", wallet.balance, wallet.currency);
-    // example:end
-    assert_eq!(wallet.balance.to_string(), "12.50");
-    assert_eq!(posted.posting.sequence, 1);
-    Ok(())
+    println!("alice holds {} {}", wallet.balance, wallet.currency); // exact, at its scale
+                                                                    // example:end
+    Ok((posted, wallet))
+}
+
+/// The lines of this file between `// example:MARK` and the next marker, unindented, with
+/// the docs' server address in place of the test's.
+fn example_lines(mark: &str) -> Vec<String> {
+    include_str!("client.rs")
+        .lines()
+        .skip_while(|l| !l.ends_with(&format!("// example:{mark}")))
+        .skip(1)
+        .take_while(|l| !l.trim_start().starts_with("// example:"))
+        .map(|l| {
+            l.strip_prefix("    ").unwrap_or(l).replace(
+                "ClientOptions::new(server)",
+                "ClientOptions::new(\"127.0.0.1:50051\")",
+            )
+        })
+        .collect()
+}
+
+/// The example as the docs show it: a whole program around the test's lines.
+fn example_program() -> Vec<String> {
+    let mut program = example_lines("begin");
+    program.push("#[tokio::main]".into());
+    program.push("async fn main() -> Result<(), ledger_client::Error> {".into());
+    program.extend(example_lines("main"));
+    program.extend(["Ok(())".into(), "}".into()]);
+    program
 }
 
 /// Code without its layout (rustfmt folds this test's copy of the lines differently).
 fn tokens(lines: &[String]) -> String {
     let text: String = lines.concat().split_whitespace().collect();
     text.replace(",)", ")")
+        .replace(",}", "}")
+        .replace(",]", "]")
 }
 
-/// The lines of the first ```rust block of a markdown text.
-fn rust_block(md: &str) -> Vec<String> {
+/// The lines of the first ```` ```LANG ```` block of a markdown text.
+fn block(md: &str, lang: &str) -> Vec<String> {
     md.lines()
-        .skip_while(|l| !l.starts_with("```rust"))
+        .skip_while(|l| l.trim_end() != format!("```{lang}"))
         .skip(1)
         .take_while(|l| !l.starts_with("```"))
         .map(str::to_owned)
@@ -329,54 +369,109 @@ fn rust_block(md: &str) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn the_client_example_of_the_docs_runs_against_a_real_server() {
-    let mut t = TestLedger::start().await;
-    t.account("assets:bank", "EUR", 2, pb::NormalBalance::Debit, false)
-        .await;
-    t.account(
-        "liabilities:wallet:alice",
-        "EUR",
-        2,
-        pb::NormalBalance::Credit,
-        false,
-    )
-    .await;
+async fn the_client_example_of_the_docs_runs_as_written_on_a_fresh_server_and_again() {
+    let t = TestLedger::start().await;
     let addr = t.server.as_ref().unwrap().local_addr.to_string();
-    documented_example(&addr).await.expect("the example runs");
+    let (posted, wallet) = documented_example(&addr)
+        .await
+        .expect("the example runs on a fresh server");
+    assert_eq!((posted.posting.sequence, posted.replayed), (1, false));
+    assert_eq!(wallet.balance.exact(), "12.50");
+    let (again, wallet) = documented_example(&addr)
+        .await
+        .expect("and again on the same server: it creates nothing twice");
+    assert!(again.replayed, "the same key answers the same posting");
+    assert_eq!(again.posting, posted.posting);
+    assert_eq!(wallet.balance.exact(), "12.50");
+    assert_eq!(t.count("accounts").await, 2);
+    assert_eq!(t.count("postings").await, 1);
 
-    // The copies are the same lines: this test's, docs/client.md's, the README's, the crate doc's.
+    // The copies are the same lines: this test's, docs/client.md's, the README's, the crate
+    // doc's (which `cargo test --doc -p ledger-client` compiles as the whole program).
     let root = env!("CARGO_MANIFEST_DIR");
-    let ours: Vec<String> = include_str!("client.rs")
-        .lines()
-        .skip_while(|l| !l.ends_with("// example:begin"))
-        .skip(1)
-        .take_while(|l| !l.ends_with("// example:end"))
-        .map(|l| {
-            l.strip_prefix("    ").unwrap_or(l).replace(
-                "ClientOptions::new(server)",
-                "ClientOptions::new(\"127.0.0.1:50051\")",
-            )
-        })
-        .collect();
+    let ours = example_program();
     for doc in ["docs/client.md", "README.md"] {
         let md = std::fs::read_to_string(format!("{root}/{doc}")).unwrap();
-        assert_eq!(tokens(&rust_block(&md)), tokens(&ours), "{doc}");
+        assert_eq!(tokens(&block(&md, "rust")), tokens(&ours), "{doc}");
     }
     let lib = std::fs::read_to_string(format!("{root}/crates/client/src/lib.rs")).unwrap();
     let crate_doc: String = lib
         .lines()
         .filter_map(|l| l.strip_prefix("//!"))
         .map(|l| l.strip_prefix(' ').unwrap_or(l))
-        .filter(|l| !l.starts_with("# "))
         .map(|l| format!("{l}\n"))
         .collect();
-    let crate_doc = crate_doc.replace("```no_run", "```rust");
     assert_eq!(
-        tokens(&rust_block(&crate_doc)),
+        tokens(&block(&crate_doc, "no_run")),
         tokens(&ours),
         "crates/client/src/lib.rs"
     );
-    assert!(ours.len() >= 10, "{ours:?}");
+    assert!(ours.len() >= 20, "{ours:?}");
+}
+
+/// The `NAME = …` line of a TOML text's `[SECTION]`.
+fn toml_line<'a>(toml: &'a str, section: &str, name: &str) -> Option<&'a str> {
+    toml.lines()
+        .skip_while(|l| l.trim() != format!("[{section}]"))
+        .skip(1)
+        .take_while(|l| !l.starts_with('['))
+        .find(|l| l.split('=').next().map(str::trim) == Some(name))
+}
+
+#[test]
+fn the_client_docs_dependency_lines_name_the_crate_and_the_tokio_its_example_is_built_with() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let md = std::fs::read_to_string(format!("{root}/docs/client.md")).unwrap();
+    let deps = block(&md, "toml").join("\n");
+    let crate_manifest =
+        std::fs::read_to_string(format!("{root}/crates/client/Cargo.toml")).unwrap();
+    assert!(crate_manifest.contains("name = \"ledger-client\"\n"));
+    assert!(
+        crate_manifest.contains("publish = false\n"),
+        "say how else to get it"
+    );
+    // The path: the crate's directory of a checkout named `ledger` beside the program.
+    let line = toml_line(&deps, "dependencies", "ledger-client").expect("ledger-client");
+    assert_eq!(
+        line,
+        r#"ledger-client = { path = "../ledger/crates/client" }"#
+    );
+    // The tokio the doc example is compiled with (ledger-client's dev-dependency).
+    let tokio = toml_line(&deps, "dependencies", "tokio").expect("tokio");
+    assert_eq!(
+        Some(tokio),
+        toml_line(&crate_manifest, "dev-dependencies", "tokio"),
+        "crates/client/Cargo.toml's [dev-dependencies] tokio is the docs' line"
+    );
+    // The lines resolve as a program's manifest: the crate by that name at that path, tokio
+    // with those features (cargo resolves offline from the crates this build fetched).
+    let dir = std::env::temp_dir().join(format!("ledger-client-user-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("app/src")).unwrap();
+    std::os::unix::fs::symlink(root, dir.join("ledger")).ok();
+    let manifest =
+        format!("[package]\nname = \"app\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n{deps}\n");
+    std::fs::write(dir.join("app/Cargo.toml"), manifest).unwrap();
+    std::fs::write(dir.join("app/src/main.rs"), "fn main() {}\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO"))
+        .args(["metadata", "--offline", "--format-version", "1"])
+        .current_dir(dir.join("app"))
+        .output()
+        .expect("cargo runs");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let resolved = |name: &str| {
+        meta["packages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == name)
+    };
+    assert!(resolved("ledger-client") && resolved("tokio"), "{meta}");
 }
 
 #[tokio::test]
@@ -407,8 +502,12 @@ async fn a_hold_through_the_client_reserves_funds_and_a_partial_capture_posts_pa
     assert_eq!(open.status, HoldStatus::Pending);
     let card = client.balance("acct:card", AsOf::now()).await.unwrap();
     assert_eq!(
-        (card.balance, card.held_credits, card.available),
-        (dec("100.00"), dec("30.00"), dec("70.00")),
+        (
+            card.balance.exact().as_str(),
+            card.held_credits.exact().as_str(),
+            card.available.exact().as_str()
+        ),
+        ("100.00", "30.00", "70.00"),
         "a hold reserves funds and moves none"
     );
     let capture = NewCapture::new("settle", &hold.posting_id)
@@ -422,8 +521,12 @@ async fn a_hold_through_the_client_reserves_funds_and_a_partial_capture_posts_pa
     assert!(client.capture(capture).await.unwrap().replayed, "a replay");
     let card = client.balance("acct:card", AsOf::now()).await.unwrap();
     assert_eq!(
-        (card.balance, card.held_credits, card.available),
-        (dec("87.50"), dec("0.00"), dec("87.50")),
+        (
+            card.balance.exact().as_str(),
+            card.held_credits.exact().as_str(),
+            card.available.exact().as_str()
+        ),
+        ("87.50", "0.00", "87.50"),
         "the capture posts 12.50 and releases the rest"
     );
     let closed = client

@@ -155,10 +155,10 @@ async fn embedded_postgres_recovers_after_the_server_and_then_postgres_are_kille
 
 /// A data directory of one test, removed when dropped, with any PostgreSQL still running in it
 /// (a test that failed half-way leaves none behind).
-struct DataDir(std::path::PathBuf);
+pub(crate) struct DataDir(pub(crate) std::path::PathBuf);
 
 impl DataDir {
-    fn new() -> DataDir {
+    pub(crate) fn new() -> DataDir {
         DataDir(
             std::env::temp_dir().join(format!("ledger-embedded-{}", uuid::Uuid::now_v7().simple())),
         )
@@ -205,14 +205,14 @@ impl Drop for Serve {
 }
 
 /// The pid in `pgdata/postmaster.pid`, if the postmaster it names is alive.
-fn postmaster_pid(data_dir: &std::path::Path) -> Option<i32> {
+pub(crate) fn postmaster_pid(data_dir: &std::path::Path) -> Option<i32> {
     let text = std::fs::read_to_string(data_dir.join("pgdata/postmaster.pid")).ok()?;
     let pid = text.lines().next()?.trim().parse::<i32>().ok()?;
     postmaster_alive(data_dir).then_some(pid)
 }
 
 /// Runs `ledger ARGS` to its end (at most two minutes: a debug build on a loaded machine).
-async fn ledger_command(args: &[&std::ffi::OsStr]) -> std::process::Output {
+pub(crate) async fn ledger_command(args: &[&std::ffi::OsStr]) -> std::process::Output {
     let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_ledger"))
         .args(args)
         .env_remove("DATABASE_URL")
@@ -352,7 +352,7 @@ async fn a_second_serve_on_a_data_dir_in_use_refuses_at_once_naming_the_first_on
 // ---- The embedded default's database login ------------------------------------------------
 
 /// A superuser session on the embedded PostgreSQL of `data_dir`, to look at it from outside.
-async fn embedded_superuser(data_dir: &std::path::Path) -> tokio_postgres::Client {
+pub(crate) async fn embedded_superuser(data_dir: &std::path::Path) -> tokio_postgres::Client {
     let socket_dir = ledger_server::embedded_pg::EmbeddedPg::socket_dir_for(
         &std::fs::canonicalize(data_dir).unwrap(),
     );

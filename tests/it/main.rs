@@ -12,6 +12,7 @@ mod cli;
 mod client;
 mod corrupt;
 mod embedded;
+mod embedded_recovery;
 mod faults;
 mod ha;
 mod history;

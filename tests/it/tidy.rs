@@ -79,7 +79,10 @@ fn only_storage_and_the_embedded_postgresql_speak_to_the_database_driver() {
         &["tokio_postgres", "deadpool"],
         &[
             ("crates/server/src/storage", "the only SQL"),
-            ("crates/server/src/embedded_pg.rs", "creates the database it starts"),
+            (
+                "crates/server/src/embedded_pg.rs",
+                "creates the database it starts",
+            ),
         ],
     );
     assert!(
@@ -199,7 +202,10 @@ fn the_tidy_checks_see_the_code_they_guard() {
             .any(|(f, t)| f == file && code(t).any(|(_, l)| l.contains(needle)))
     };
     assert!(has("crates/server/src/storage/mod.rs", "tokio_postgres"));
-    assert!(has("crates/server/src/storage/batch/write.rs", "INSERT INTO postings"));
+    assert!(has(
+        "crates/server/src/storage/batch/write.rs",
+        "INSERT INTO postings"
+    ));
     assert!(has("src/cli/mod.rs", "env::var"));
     assert!(files.iter().any(|(f, _)| f.starts_with("crates/core/src/")));
 }

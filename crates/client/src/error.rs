@@ -93,8 +93,13 @@ pub enum ErrorKind {
     Transport(tonic::Code),
     /// The server could not be reached.
     Connect,
-    /// The client refused the request or an option before sending anything.
+    /// The client refused the request or an option before sending anything, or the ledger
+    /// answered something this client cannot read (no decimal number, an unknown enum value).
     Invalid,
+    /// An exact amount the ledger answered does not fit a `rust_decimal::Decimal`
+    /// ([`crate::Amount::decimal`]: beyond `Decimal::MAX` units of its last place); the
+    /// `Amount` itself still has it exactly ([`crate::Amount::exact`]).
+    BeyondDecimal,
     /// The client refused the request before sending it, for the reason the ledger would
     /// have given (an amount with more decimals than its account's scale, a value beyond a
     /// named limit): nothing was sent, nothing happened.
@@ -183,7 +188,10 @@ impl Error {
                 Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown
             ),
             ErrorKind::Connect => true,
-            ErrorKind::UnknownReason(_) | ErrorKind::Invalid | ErrorKind::Refused(_) => false,
+            ErrorKind::UnknownReason(_)
+            | ErrorKind::Invalid
+            | ErrorKind::BeyondDecimal
+            | ErrorKind::Refused(_) => false,
         }
     }
 }
@@ -214,7 +222,9 @@ impl fmt::Display for Error {
                 self.message
             ),
             ErrorKind::Transport(c) => write!(f, "{c:?}: {}", self.message),
-            ErrorKind::Connect | ErrorKind::Invalid => f.write_str(&self.message),
+            ErrorKind::Connect | ErrorKind::Invalid | ErrorKind::BeyondDecimal => {
+                f.write_str(&self.message)
+            }
         }
     }
 }

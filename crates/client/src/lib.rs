@@ -1,8 +1,9 @@
 //! `ledger-client`: the Rust client of the ledger service, so that nobody hand-rolls
 //! retries around a ledger.
 //!
-//! - [`Client`]: typed calls (amounts as [`Decimal`], written exactly at each account's
-//!   scale, never rounded; times as [`std::time::SystemTime`]), the [`RetryPolicy`] built in
+//! - [`Client`]: typed calls (amounts given as [`Decimal`] or [`Amount`], written exactly at
+//!   each account's scale, never rounded; answered as exact [`Amount`]s, a `Decimal` where
+//!   one holds the value; times as [`std::time::SystemTime`]), the [`RetryPolicy`] built in
 //!   (a call whose outcome is unknown is sent again as it was, with the same idempotency key,
 //!   a bounded number of times, with exponential backoff and jitter), and optional
 //!   coalescing of concurrent [`Client::post`] calls into `PostBatch` calls
@@ -17,25 +18,38 @@
 //!
 //! # Example
 //!
-//! Record a payment and read a balance (the README shows these lines; `docs/client.md`). It
-//! is `no_run` here because it needs a ledger server at 127.0.0.1:50051:
-//! `tests/it/client.rs` (`the_client_example_of_the_docs_runs_against_a_real_server`) runs
-//! the same lines against a real server and checks that they are the ones in the docs.
+//! A program that creates two accounts (or finds them, when a run before made them), records
+//! a payment and reads a balance; the README and `docs/client.md` show it, with the lines of
+//! its `Cargo.toml` (the crate by path or git, and tokio with `macros` and
+//! `rt-multi-thread`). It is `no_run` here because it needs a ledger server at
+//! 127.0.0.1:50051: `tests/it/client.rs`
+//! (`the_client_example_of_the_docs_runs_as_written_on_a_fresh_server_and_again`) runs the
+//! same lines against a fresh server, twice, and checks that they are the ones in the docs.
 //!
 //! ```no_run
-//! # async fn example() -> Result<(), ledger_client::Error> {
-//! use ledger_client::{AsOf, Client, ClientOptions, Decimal, NewPosting};
+//! use ledger_client::{AsOf, Client, ClientOptions, Decimal, NewAccount, NewPosting, NormalBalance};
 //!
-//! let ledger = Client::connect(ClientOptions::new("127.0.0.1:50051")).await?;
-//! let amount = Decimal::new(1250, 2); // 12.50, at most the account's scale
-//! let payment = NewPosting::new("order-1042/payment") // the same key on every retry
-//!     .debit("assets:bank", amount)
-//!     .credit("liabilities:wallet:alice", amount);
-//! let posted = ledger.post(payment).await?; // retried while its outcome is unknown
-//! println!("{} at sequence {}", posted.posting.posting_id, posted.posting.sequence);
-//! let wallet = ledger.balance("liabilities:wallet:alice", AsOf::now()).await?;
-//! println!("alice holds {} {}", wallet.balance, wallet.currency);
-//! # Ok(()) }
+//! #[tokio::main]
+//! async fn main() -> Result<(), ledger_client::Error> {
+//!     let ledger = Client::connect(ClientOptions::new("127.0.0.1:50051")).await?;
+//!     // Accounts never change: creating one that exists as asked finds it (safe on every run).
+//!     for account in [
+//!         NewAccount::new("assets:bank", "EUR", 2, NormalBalance::Debit),
+//!         NewAccount::new("liabilities:wallet:alice", "EUR", 2, NormalBalance::Credit)
+//!             .metadata("owner", "alice"),
+//!     ] {
+//!         ledger.create_account(account).await?;
+//!     }
+//!     let amount = Decimal::new(1250, 2); // 12.50, at most the account's scale
+//!     let payment = NewPosting::new("order-1042/payment") // the same key on every retry
+//!         .debit("assets:bank", amount)
+//!         .credit("liabilities:wallet:alice", amount);
+//!     let posted = ledger.post(payment).await?; // retried while its outcome is unknown
+//!     println!("{} at sequence {}", posted.posting.posting_id, posted.posting.sequence);
+//!     let wallet = ledger.balance("liabilities:wallet:alice", AsOf::now()).await?;
+//!     println!("alice holds {} {}", wallet.balance, wallet.currency); // exact, at its scale
+//!     Ok(())
+//! }
 //! ```
 
 mod amount;
@@ -46,7 +60,7 @@ mod error;
 mod retry;
 mod types;
 
-pub use amount::{from_wire, to_wire, MAX_AMOUNT_DIGITS, MAX_SCALE};
+pub use amount::{from_wire, to_wire, Amount, MAX_AMOUNT_DIGITS, MAX_SCALE};
 pub use client::{
     Client, ClientOptions, ClientStats, Coalesce, PostingBy, MAX_BATCH_REQUESTS,
     MAX_BATCH_REQUEST_BYTES, MAX_CACHED_ACCOUNTS, PAGE_SIZE,

@@ -1,12 +1,11 @@
-//! The contract's requests and answers as Rust types: amounts as [`Decimal`], times as
-//! [`SystemTime`], directions and sides as enums, absent ids as `None`. Conversions from the
-//! wire fail with an error rather than guess (an amount a `Decimal` cannot hold, a time out of
-//! range).
+//! The contract's requests and answers as Rust types: amounts as exact [`Amount`]s (legs
+//! take a `Decimal` too), times as [`SystemTime`], directions and sides as enums, absent ids
+//! as `None`. Conversions from the wire fail with an error rather than guess (text that is no
+//! amount, a time out of range).
 
-use crate::amount::from_wire;
+use crate::amount::{from_wire, Amount};
 use crate::error::{Error, ErrorKind};
 use crate::pb;
-use rust_decimal::Decimal;
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
@@ -85,7 +84,8 @@ fn id(s: String) -> Option<String> {
     (!s.is_empty()).then_some(s)
 }
 
-/// An account to create. Every attribute is fixed at creation.
+/// An account to create. Every attribute is fixed at creation. Built with
+/// [`NewAccount::new`] and its setters, or as a struct literal.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NewAccount {
     /// 1..128 characters of `a-z 0-9 : _ - .`.
@@ -98,6 +98,39 @@ pub struct NewAccount {
     /// Whether its balance may go below zero.
     pub allow_negative: bool,
     pub metadata: Metadata,
+}
+
+impl NewAccount {
+    /// An account `code` of `currency` carrying `scale` decimals, growing on the
+    /// `normal_balance` side; its balance may not go below zero and it has no metadata
+    /// ([`NewAccount::allow_negative`], [`NewAccount::metadata`] change that).
+    pub fn new(
+        code: impl Into<String>,
+        currency: impl Into<String>,
+        scale: u32,
+        normal_balance: NormalBalance,
+    ) -> NewAccount {
+        NewAccount {
+            code: code.into(),
+            currency: currency.into(),
+            scale,
+            normal_balance,
+            allow_negative: false,
+            metadata: Metadata::new(),
+        }
+    }
+
+    /// Whether its balance may go below zero (a funding source, a clearing account).
+    pub fn allow_negative(mut self, allow: bool) -> NewAccount {
+        self.allow_negative = allow;
+        self
+    }
+
+    /// With one metadata entry.
+    pub fn metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> NewAccount {
+        self.metadata.insert(key.into(), value.into());
+        self
+    }
 }
 
 /// An account as the ledger stores it.
@@ -127,12 +160,12 @@ impl Account {
 }
 
 /// One leg: an account, a side, a positive amount (at most the account's scale in
-/// decimals; sent with exactly that scale).
+/// decimals; sent with exactly that scale; answered with it).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Leg {
     pub account: String,
     pub direction: Direction,
-    pub amount: Decimal,
+    pub amount: Amount,
 }
 
 impl Leg {
@@ -183,13 +216,13 @@ impl NewPosting {
         self
     }
 
-    /// With a debit leg of `amount` on `account`.
-    pub fn debit(self, account: impl Into<String>, amount: Decimal) -> NewPosting {
+    /// With a debit leg of `amount` (a `Decimal` or an [`Amount`]) on `account`.
+    pub fn debit(self, account: impl Into<String>, amount: impl Into<Amount>) -> NewPosting {
         self.leg(account, Direction::Debit, amount)
     }
 
-    /// With a credit leg of `amount` on `account`.
-    pub fn credit(self, account: impl Into<String>, amount: Decimal) -> NewPosting {
+    /// With a credit leg of `amount` (a `Decimal` or an [`Amount`]) on `account`.
+    pub fn credit(self, account: impl Into<String>, amount: impl Into<Amount>) -> NewPosting {
         self.leg(account, Direction::Credit, amount)
     }
 
@@ -198,12 +231,12 @@ impl NewPosting {
         mut self,
         account: impl Into<String>,
         direction: Direction,
-        amount: Decimal,
+        amount: impl Into<Amount>,
     ) -> NewPosting {
         self.legs.push(Leg {
             account: account.into(),
             direction,
-            amount,
+            amount: amount.into(),
         });
         self
     }
@@ -392,12 +425,12 @@ impl NewCapture {
         mut self,
         account: impl Into<String>,
         direction: Direction,
-        amount: Decimal,
+        amount: impl Into<Amount>,
     ) -> Self {
         self.legs.push(Leg {
             account: account.into(),
             direction,
-            amount,
+            amount: amount.into(),
         });
         self
     }
@@ -445,20 +478,20 @@ impl Applied {
     }
 }
 
-/// An account's balance at a cut-off.
+/// An account's balance at a cut-off; every amount exact, with the account's scale.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Balance {
     pub account: String,
     pub currency: String,
-    pub debits: Decimal,
-    pub credits: Decimal,
+    pub debits: Amount,
+    pub credits: Amount,
     /// debits − credits for debit-normal accounts, credits − debits for credit-normal ones.
-    pub balance: Decimal,
+    pub balance: Amount,
     /// Debits and credits reserved by pending holds (not in `balance`).
-    pub held_debits: Decimal,
-    pub held_credits: Decimal,
+    pub held_debits: Amount,
+    pub held_credits: Amount,
     /// The balance with every pending hold's reduction applied (what no-negative checks).
-    pub available: Decimal,
+    pub available: Amount,
     pub as_of: Applied,
 }
 
@@ -483,15 +516,15 @@ impl Balance {
     }
 }
 
-/// Totals of one currency over a set of accounts.
+/// Totals of one currency over a set of accounts (exact: they may pass 10^36 minor units).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CurrencyTotal {
     pub currency: String,
-    pub debits: Decimal,
-    pub credits: Decimal,
+    pub debits: Amount,
+    pub credits: Amount,
     /// Held by pending holds (not in `debits`/`credits`).
-    pub held_debits: Decimal,
-    pub held_credits: Decimal,
+    pub held_debits: Amount,
+    pub held_credits: Amount,
 }
 
 impl CurrencyTotal {
@@ -522,8 +555,8 @@ pub struct Entry {
     pub recorded_at: SystemTime,
     pub effective_at: SystemTime,
     pub direction: Direction,
-    pub amount: Decimal,
-    pub balance_after: Decimal,
+    pub amount: Amount,
+    pub balance_after: Amount,
 }
 
 impl Entry {
@@ -537,5 +570,120 @@ impl Entry {
             posting_id: e.posting_id,
             sequence: e.sequence,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 10^27 EUR at scale 2: 30 digits, beyond a `Decimal`, within the ledger's totals.
+    const SUM: &str = "1000000000000000000000000000.00";
+
+    fn big_balance() -> pb::Balance {
+        pb::Balance {
+            account: "wallet:r".into(),
+            currency: "EUR".into(),
+            debits: SUM.into(),
+            credits: "0.00".into(),
+            balance: SUM.into(),
+            held_debits: "0.00".into(),
+            held_credits: "0.00".into(),
+            available: SUM.into(),
+            as_of_sequence: 2,
+            as_of: Some(pb::AsOf {
+                recorded_at: Some(time_to_pb(SystemTime::UNIX_EPOCH)),
+                effective_at: Some(time_to_pb(SystemTime::UNIX_EPOCH)),
+            }),
+        }
+    }
+
+    #[test]
+    fn answered_amounts_beyond_a_decimal_read_back_exactly_as_strings() {
+        let b = Balance::from_pb(big_balance()).expect("an exact balance");
+        assert_eq!(b.balance.to_string(), SUM);
+        assert_eq!(b.debits.to_string(), SUM);
+        assert_eq!(b.credits.to_string(), "0.00");
+        let exact = [
+            b.debits,
+            b.credits,
+            b.balance,
+            b.held_debits,
+            b.held_credits,
+            b.available,
+        ]
+        .map(|a| a.exact());
+        assert_eq!(exact, [SUM, "0.00", SUM, "0.00", "0.00", SUM]);
+        // A Decimal where one holds the value, a precise error where none does.
+        assert_eq!(b.credits.decimal().unwrap().to_string(), "0.00");
+        let e = b.balance.decimal().unwrap_err();
+        assert_eq!(e.kind, ErrorKind::BeyondDecimal);
+        assert_eq!(e.metadata["amount"], SUM);
+
+        let t = CurrencyTotal::from_pb(pb::CurrencyTotal {
+            currency: "EUR".into(),
+            debits: SUM.into(),
+            credits: SUM.into(),
+            held_debits: "0.00".into(),
+            held_credits: "-0.01".into(),
+        })
+        .unwrap();
+        assert_eq!(
+            (t.debits.exact(), t.held_credits.exact()),
+            (SUM.into(), "-0.01".into())
+        );
+        let at = Some(time_to_pb(SystemTime::UNIX_EPOCH));
+        let e = Entry::from_pb(pb::Entry {
+            posting_id: "p".into(),
+            sequence: 2,
+            recorded_at: at,
+            effective_at: at,
+            direction: pb::Direction::Debit as i32,
+            amount: "900000000000000000000000000.00".into(),
+            balance_after: SUM.into(),
+        })
+        .unwrap();
+        assert_eq!(e.amount.exact(), "900000000000000000000000000.00");
+        assert_eq!(e.balance_after.exact(), SUM);
+        let leg = Leg::from_pb(pb::Leg {
+            account: "wallet:r".into(),
+            direction: pb::Direction::Credit as i32,
+            amount: SUM.into(),
+        })
+        .unwrap();
+        assert_eq!(leg.amount.exact(), SUM);
+        // Text that is no amount names its field.
+        let mut broken = big_balance();
+        broken.available = "1e30".into();
+        let e = Balance::from_pb(broken).unwrap_err();
+        assert_eq!(e.metadata["field"], "available", "{e}");
+    }
+
+    #[test]
+    fn a_new_account_has_defaults_and_setters_and_equals_its_struct_literal() {
+        let plain = NewAccount::new("assets:bank", "EUR", 2, NormalBalance::Debit);
+        assert_eq!(
+            plain,
+            NewAccount {
+                code: "assets:bank".into(),
+                currency: "EUR".into(),
+                scale: 2,
+                normal_balance: NormalBalance::Debit,
+                allow_negative: false,
+                metadata: Metadata::new(),
+            }
+        );
+        let world = NewAccount::new("equity:world", "EUR", 2, NormalBalance::Credit)
+            .allow_negative(true)
+            .metadata("owner", "treasury")
+            .metadata("desk", "eu");
+        assert!(world.allow_negative);
+        assert_eq!(
+            world.metadata.into_iter().collect::<Vec<_>>(),
+            [
+                ("desk".into(), "eu".into()),
+                ("owner".into(), "treasury".into())
+            ]
+        );
     }
 }

@@ -66,6 +66,9 @@ const HOLDER_RECORD_WAIT: Duration = Duration::from_secs(2);
 /// Seconds `pg_ctl` waits for a start or stop to complete.
 const PG_CTL_TIMEOUT_SECS: u32 = 60;
 
+/// Longest a start waits for the server to accept connections (crash recovery included).
+const PG_START_TIMEOUT: Duration = Duration::from_secs(PG_CTL_TIMEOUT_SECS as u64);
+
 /// Environment variables of libpq and PostgreSQL programs that would change what our commands
 /// do; they are removed from the environment of every child.
 const PG_ENV_VARS: &[&str] = &[
@@ -330,7 +333,7 @@ impl EmbeddedPg {
             Some(version) => pg.check_existing_cluster(&version)?,
             None => pg.initdb()?,
         }
-        pg.start_server()?;
+        pg.start_server(Instant::now() + PG_START_TIMEOUT)?;
         pg.create_database_if_missing(DEFAULT_DATABASE)?;
         pg.create_service_login()?;
         tracing::info!(
@@ -433,9 +436,23 @@ impl EmbeddedPg {
     /// [`stop`](Self::stop), [`stop_immediate`](Self::stop_immediate) or a crash. Does nothing
     /// if it is running.
     pub fn start_again(&mut self) -> Result<(), EmbeddedPgError> {
-        self.start_server()?;
+        self.start_again_by(Instant::now() + PG_START_TIMEOUT)
+    }
+
+    /// [`start_again`](Self::start_again), but fails when the server does not accept
+    /// connections (its crash recovery done) by `deadline`; a server still starting then is
+    /// left running (to be stopped or adopted).
+    pub fn start_again_by(&mut self, deadline: Instant) -> Result<(), EmbeddedPgError> {
+        self.start_server(deadline)?;
         tracing::info!(data_dir = %self.data_dir.display(), "embedded PostgreSQL started again");
         Ok(())
+    }
+
+    /// How many live PostgreSQL processes work in the cluster directory: the server's, or,
+    /// after its postmaster died, the backends that have not noticed yet (they keep the old
+    /// shared memory, so that a new postmaster refuses to start while one runs).
+    pub fn server_processes(&self) -> usize {
+        processes_in(&self.pgdata).len()
     }
 
     /// Crash-like restart for fault tests: `pg_ctl stop -m immediate`, then start again on the
@@ -587,8 +604,9 @@ impl EmbeddedPg {
         Ok(major.to_owned())
     }
 
-    /// Starts the postmaster unless it is running, cleaning up after an unclean stop first.
-    fn start_server(&mut self) -> Result<(), EmbeddedPgError> {
+    /// Starts the postmaster unless it is running, cleaning up after an unclean stop first; it
+    /// must accept connections by `deadline`.
+    fn start_server(&mut self, deadline: Instant) -> Result<(), EmbeddedPgError> {
         ensure_socket_dir(&self.socket_dir, self.run_as.as_ref())?;
         if let Some(user) = &self.run_as {
             // pg_ctl opens the log as the server's user.
@@ -616,25 +634,30 @@ impl EmbeddedPg {
             }
         }
 
-        match self.pg_ctl_start() {
+        match self.pg_ctl_start(deadline) {
             Ok(()) => Ok(()),
             Err(first) => {
-                if self.is_running() {
+                if self.is_running() || Instant::now() >= deadline {
                     return Err(first);
                 }
                 // One more try after cleaning up again: a crashed server's children may have
                 // been on their way out during the first attempt.
                 tracing::warn!(error = %first, "PostgreSQL did not start; retrying once");
                 std::thread::sleep(Duration::from_millis(500));
-                self.pg_ctl_start()
+                self.pg_ctl_start(deadline)
             }
         }
     }
 
-    /// `pg_ctl start -w` after removing what an unclean stop left behind.
-    fn pg_ctl_start(&self) -> Result<(), EmbeddedPgError> {
+    /// `pg_ctl start -w` after removing what an unclean stop left behind, waiting until
+    /// `deadline` (whole seconds, at least one).
+    fn pg_ctl_start(&self, deadline: Instant) -> Result<(), EmbeddedPgError> {
         let began = Instant::now();
         self.clean_after_crash();
+        let wait_secs = deadline
+            .saturating_duration_since(Instant::now())
+            .as_secs()
+            .max(1);
 
         let mut server_opts = format!(
             "-k {} -c listen_addresses='' -p {} -c max_connections=200 -c shared_buffers=128MB",
@@ -648,7 +671,7 @@ impl EmbeddedPg {
         cmd.arg("start")
             .arg("-w")
             .arg("-t")
-            .arg(PG_CTL_TIMEOUT_SECS.to_string())
+            .arg(wait_secs.to_string())
             .arg("-D")
             .arg(&self.pgdata)
             .arg("-l")
@@ -1309,17 +1332,22 @@ fn is_postgres_in(pid: i32, dir: &Path) -> bool {
     }
 }
 
-/// SIGKILLs every live postgres process working in `dir` and waits (up to 5 s) for them to go.
-/// Returns how many there were.
-fn kill_processes_in(dir: &Path) -> usize {
+/// The live postgres processes working in `dir`.
+fn processes_in(dir: &Path) -> Vec<i32> {
     let Ok(entries) = fs::read_dir("/proc") else {
-        return 0;
+        return Vec::new();
     };
-    let pids: Vec<i32> = entries
+    entries
         .filter_map(Result::ok)
         .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
         .filter(|&pid| process_alive(pid) && is_postgres_in(pid, dir))
-        .collect();
+        .collect()
+}
+
+/// SIGKILLs every live postgres process working in `dir` and waits (up to 5 s) for them to go.
+/// Returns how many there were.
+fn kill_processes_in(dir: &Path) -> usize {
+    let pids = processes_in(dir);
     for &pid in &pids {
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
