@@ -581,7 +581,7 @@ fn request_json(key: &str, from: &str, to: &str, amount: &str) -> Value {
 
 /// The usage errors of the write commands: the arguments, and what the message must name.
 /// `files` are a malformed file, one posting with its own key, a list of postings.
-fn usage_error_cases<'a>(files: [&'a str; 3]) -> Vec<(Vec<&'a str>, Vec<&'a str>)> {
+fn usage_error_cases(files: [&str; 3]) -> Vec<(Vec<&str>, Vec<&str>)> {
     let [bad_json, keyed, listed] = files;
     let id = "0190f0a0-0000-7000-8000-000000000000";
     let world = "equity:world:credit:1.00";
