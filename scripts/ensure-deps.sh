@@ -6,6 +6,9 @@
 #   - pg_auto_failover (pg_autoctl and the monitor's extension for PostgreSQL 15) for the
 #     high-availability tests and scripts/ha-demo.sh: postgresql-15-auto-failover,
 #     pg-auto-failover-cli.
+#   - the Python gRPC packages docs/clients.md uses (its test runs the doc's Python):
+#     grpcio, grpcio-tools, grpcio-status, googleapis-common-protos, at the versions below,
+#     with pip into the python3 on PATH (checked by version, so nothing runs when present).
 # Idempotent: does nothing (and runs no apt-get at all) when everything is there. Meant for a
 # Debian 12 machine, run as root (or with sudo available).
 #
@@ -43,8 +46,39 @@ else
     packages+=(postgresql-15-auto-failover pg-auto-failover-cli)
 fi
 
+# The Python packages of docs/clients.md, pinned (pip resolves protobuf for them).
+python_packages=(grpcio==1.85.1 grpcio-tools==1.85.1 grpcio-status==1.85.1 googleapis-common-protos==1.76.0)
+have_python_grpc() {
+    command -v python3 >/dev/null 2>&1 && python3 - "${python_packages[@]}" <<'EOF'
+import sys
+from importlib.metadata import PackageNotFoundError, version
+for spec in sys.argv[1:]:
+    name, want = spec.split("==")
+    try:
+        if version(name) != want:
+            sys.exit(1)
+    except PackageNotFoundError:
+        sys.exit(1)
+EOF
+}
+if have_python_grpc; then
+    log "Python gRPC packages present: ${python_packages[*]}"
+elif ! command -v python3 >/dev/null 2>&1; then
+    log "python3 missing (docs/clients.md's test needs it with pip)"
+    packages+=(python3 python3-pip)
+fi
+install_python_grpc() {
+    have_python_grpc && return 0
+    log "pip install ${python_packages[*]}"
+    local pip=(python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore)
+    # A Debian python3 refuses system-wide installs (PEP 668); pyenv's and venvs do not.
+    "${pip[@]}" "${python_packages[@]}" || "${pip[@]}" --break-system-packages "${python_packages[@]}"
+    have_python_grpc || { log "still missing after pip install: ${python_packages[*]}" >&2; exit 1; }
+}
+
 if [ "${#packages[@]}" -eq 0 ]; then
-    log "nothing to install"
+    install_python_grpc
+    log "nothing else to install"
     exit 0
 fi
 
@@ -87,3 +121,4 @@ if [ "${#missing[@]}" -ne 0 ]; then
     exit 1
 fi
 log "installed ${packages[*]}; PostgreSQL: $(compgen -G '/usr/lib/postgresql/*/bin' | tr '\n' ' ')"
+install_python_grpc

@@ -205,7 +205,7 @@ enum Command {
         #[command(flatten)]
         db: CheckDbArgs,
     },
-    /// Reports for people and spreadsheets (a client of a running server).
+    /// Reports for people and spreadsheets: a trial balance, a statement, at one cut-off.
     Report(crate::tools::report::ReportArgs),
     /// Benchmark of as-of reads (GetBalance per kind of cut-off on an account with 1,000,000
     /// legs) and of the write path with and without the as-of index.
@@ -216,12 +216,12 @@ enum Command {
     /// The writer's own work for batches of N postings straight on a database (no gRPC, no
     /// service): the key claim and snapshot, the decision and the writes, timed apart.
     BenchWriter(crate::tools::bench_writer::BenchWriterArgs),
-    /// Accounts: create, get, list (a client of a running server).
+    /// Accounts: create, get, list.
     Account {
         #[command(subcommand)]
         command: crate::tools::commands::AccountCommand,
     },
-    /// Records one balanced posting (a client of a running server; needs --key).
+    /// Records one balanced posting (needs --key), or a --file's list of them as one PostBatch.
     Post(crate::tools::commands::PostArgs),
     /// Captures a hold: moves all of it or less, releases the rest (needs --key).
     Capture(crate::tools::commands::CaptureArgs),
@@ -327,9 +327,58 @@ impl OpsArgs {
     }
 }
 
+/// The headings of `ledger --help`, each with its commands, in order: what a client of a
+/// running server uses apart from what runs or checks the server and the benchmarks.
+const HELP_GROUPS: &[(&str, &[&str])] = &[
+    (
+        "Client commands (each a client of a running server: --server, --token, --ca-cert)",
+        &[
+            "account", "post", "capture", "void", "posting", "balance", "report",
+        ],
+    ),
+    (
+        "Server and operations",
+        &["serve", "relay", "migrate", "check", "token"],
+    ),
+    (
+        "Benchmarks (docs/performance.md)",
+        &["bench", "bench-as-of", "bench-writer", "bench-decide"],
+    ),
+];
+
+/// The command line, with `--help` listing the commands under [`HELP_GROUPS`]' headings.
+fn command() -> clap::Command {
+    use std::fmt::Write as _;
+    let cmd = <Cli as clap::CommandFactory>::command();
+    let width = HELP_GROUPS
+        .iter()
+        .flat_map(|(_, names)| names.iter().map(|n| n.len()))
+        .max()
+        .unwrap_or(0);
+    let mut list = String::new();
+    for (heading, names) in HELP_GROUPS {
+        let _ = writeln!(list, "{heading}:");
+        for name in *names {
+            let about = cmd
+                .find_subcommand(name)
+                .and_then(|c| c.get_about())
+                .map(|a| a.to_string())
+                .unwrap_or_default();
+            let _ = writeln!(list, "  {name:width$}  {about}");
+        }
+        list.push('\n');
+    }
+    cmd.help_template(format!(
+        "{{about-with-newline}}\n{{usage-heading}} {{usage}}\n\n{list}Options:\n{{options}}\n\n\
+         `ledger help COMMAND` or `ledger COMMAND --help` shows a command's options; \
+         docs/configuration.md lists them all.\n"
+    ))
+}
+
 /// Runs the command line; the exit code says whether it succeeded.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    use clap::FromArgMatches as _;
+    let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
     init_logging();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -487,9 +536,9 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Account { command } => client(crate::tools::commands::account(command).await),
-        Command::Post(args) => client(crate::tools::commands::post(args).await),
-        Command::Capture(args) => client(crate::tools::commands::capture(args).await),
-        Command::Void(args) => client(crate::tools::commands::void(args).await),
+        Command::Post(args) => write("post", crate::tools::commands::post(args).await),
+        Command::Capture(args) => write("capture", crate::tools::commands::capture(args).await),
+        Command::Void(args) => write("void", crate::tools::commands::void(args).await),
         Command::Posting { command } => client(crate::tools::commands::posting(command).await),
         Command::Balance(args) => client(crate::tools::commands::balance(args).await),
     }
@@ -576,6 +625,31 @@ async fn check_command(db: DbArgs) -> ExitCode {
 fn client(r: Result<(), crate::tools::ToolError>) -> Result<ExitCode, BoxError> {
     r.map(|()| ExitCode::SUCCESS).map_err(Into::into)
 }
+
+/// A write command's result as the process's: success; a mistake in its arguments, as clap
+/// reports its own (`error: …`, the usage, exit 2); or the call's error (exit 1).
+fn write(name: &str, r: Result<(), crate::tools::commands::Failure>) -> Result<ExitCode, BoxError> {
+    use crate::tools::commands::Failure;
+    match r {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(Failure::Usage(message)) => {
+            let mut cmd = command();
+            cmd.build();
+            let sub = cmd
+                .find_subcommand_mut(name)
+                .expect("a write command of the command line");
+            let _ = sub
+                .error(clap::error::ErrorKind::ValueValidation, message)
+                .print();
+            Ok(ExitCode::from(USAGE_EXIT))
+        }
+        Err(Failure::Call(e)) => Err(e.into()),
+    }
+}
+
+/// The exit status of a mistake in a command's own arguments (clap's, and the write commands'
+/// own checks: a missing --key, an unreadable or malformed --file).
+const USAGE_EXIT: u8 = 2;
 
 /// Prints the invariant report; the exit code is 1 when any invariant is violated.
 async fn check(url: &str) -> Result<ExitCode, BoxError> {
@@ -674,5 +748,23 @@ pub async fn shutdown_signal() {
     tokio::select! {
         _ = term.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn help_lists_every_command_under_exactly_one_heading() {
+        let cmd = <Cli as clap::CommandFactory>::command();
+        let mut listed: Vec<&str> = HELP_GROUPS
+            .iter()
+            .flat_map(|(_, n)| n.iter().copied())
+            .collect();
+        let mut commands: Vec<&str> = cmd.get_subcommands().map(|c| c.get_name()).collect();
+        listed.sort_unstable();
+        commands.sort_unstable();
+        assert_eq!(listed, commands, "every command once in HELP_GROUPS");
     }
 }

@@ -5,6 +5,7 @@
 //! a second posting.
 
 use super::output::{self, Format};
+use super::post_file::PostFile;
 use super::{parse_time, ClientArgs, ToolError};
 use ledger_server::grpc::convert::time_to_pb;
 use ledger_server::grpc::pb;
@@ -72,19 +73,27 @@ pub enum AccountCommand {
     },
 }
 
-/// `ledger post`: one balanced posting.
+/// `ledger post`: one balanced posting, or a file's list of them as one `PostBatch`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct PostArgs {
-    /// The idempotency key (required): the same key on every retry of this posting, a new
-    /// key for a new posting.
+    /// The idempotency key (required, unless the --file posting carries its own
+    /// `idempotencyKey`; both may be given only when they are the same): the same key on every
+    /// retry of this posting, a new key for a new posting. Not with a list in --file (each
+    /// request carries its own).
     #[arg(long)]
     pub key: Option<String>,
-    /// Legs as ACCOUNT:DIRECTION:AMOUNT (direction `debit` or `credit`), e.g.
-    /// `assets:bank:debit:100.00 equity:world:credit:100.00`.
-    #[arg(value_name = "LEG")]
-    pub legs: Vec<String>,
-    /// The posting as JSON, as grpcurl sends a PostRequest (`legs`, `memo`, `effective_at`,
-    /// `metadata`); `-` reads standard input.
+    /// Legs as ACCOUNT:DIRECTION:AMOUNT, read from the right (the account code may hold
+    /// colons): DIRECTION is `debit` or `credit` (also `d`, `dr`, `c`, `cr`, in any case),
+    /// AMOUNT a positive decimal (`100.00`), e.g. `assets:bank:debit:100.00
+    /// equity:world:credit:100.00`.
+    #[arg(value_name = "LEG", value_parser = parse_leg)]
+    pub legs: Vec<pb::Leg>,
+    /// The posting in the JSON grpcurl sends (a PostRequest: `idempotencyKey`, `legs`, `memo`,
+    /// `effectiveAt`, `metadata`, `hold`, `holdExpiresAt`; times in full RFC 3339), or a JSON
+    /// list of them (or `{"requests": [...]}`, grpcurl's PostBatch body): sent as one
+    /// PostBatch, each result printed, exit 1 if any request failed. `-` reads standard
+    /// input. With one posting, --memo, --effective, --hold-expires-at replace the file's
+    /// and --meta and --hold add to it; with a list, they are refused.
     #[arg(long, conflicts_with = "legs")]
     pub file: Option<PathBuf>,
     /// A memo.
@@ -124,10 +133,11 @@ pub struct CaptureArgs {
     /// The idempotency key (required), as for `ledger post`.
     #[arg(long)]
     pub key: Option<String>,
-    /// The legs to capture, as ACCOUNT:DIRECTION:AMOUNT: exactly the hold's accounts and
-    /// directions, in its order, each at most the held amount. None: the whole hold.
-    #[arg(value_name = "LEG")]
-    pub legs: Vec<String>,
+    /// The legs to capture, as ACCOUNT:DIRECTION:AMOUNT (as for `ledger post`): exactly the
+    /// hold's accounts and directions, in its order, each at most the held amount. None: the
+    /// whole hold.
+    #[arg(value_name = "LEG", value_parser = parse_leg)]
+    pub legs: Vec<pb::Leg>,
     /// A memo.
     #[arg(long, default_value = "")]
     pub memo: String,
@@ -215,36 +225,95 @@ fn parse_meta(s: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
 }
 
-/// The key a write needs, or the error that says why.
-fn required_key(key: &Option<String>, command: &str) -> Result<String, ToolError> {
+/// Why a write command failed: a mistake in its own arguments, found before anything was
+/// sent (exit 2, as clap's own usage errors), or the call (exit 1).
+#[derive(Debug)]
+pub enum Failure {
+    Usage(String),
+    Call(ToolError),
+}
+
+impl From<ToolError> for Failure {
+    fn from(e: ToolError) -> Failure {
+        Failure::Call(e)
+    }
+}
+
+impl From<tonic::Status> for Failure {
+    fn from(s: tonic::Status) -> Failure {
+        Failure::Call(s.into())
+    }
+}
+
+/// What a key is for, in the message of a write without one.
+const KEY_WHY: &str = "the idempotency key that makes a retry safe (send the same key again after a timeout or an error, and the ledger records the posting once); choose one per posting, e.g. --key invoice-2026-0042";
+
+/// The key a write needs, or the usage error that says why.
+fn required_key(key: &Option<String>, command: &str) -> Result<String, Failure> {
     match key.as_deref() {
         Some(k) if !k.is_empty() => Ok(k.to_owned()),
-        _ => Err(ToolError(format!(
-            "ledger {command} needs --key KEY: the idempotency key that makes a retry safe (send the same key again after a timeout or an error, and the ledger records the posting once); choose one per posting, e.g. --key invoice-2026-0042"
+        _ => Err(Failure::Usage(format!(
+            "ledger {command} needs --key KEY: {KEY_WHY}"
         ))),
     }
 }
 
-/// A leg from `ACCOUNT:DIRECTION:AMOUNT` (the account code may hold colons).
-pub fn parse_leg(s: &str) -> Result<pb::Leg, ToolError> {
-    let bad = || {
-        ToolError(format!(
-            "leg {s:?} is not ACCOUNT:DIRECTION:AMOUNT (e.g. assets:bank:debit:100.00)"
-        ))
+/// The key of a posting read from a file: `--key`, or the file's own `idempotencyKey` when
+/// `--key` is absent; both only when they are the same.
+fn file_key(flag: &Option<String>, file: &str) -> Result<String, Failure> {
+    match (flag.as_deref().filter(|k| !k.is_empty()), file) {
+        (None, "") => Err(Failure::Usage(format!(
+            "ledger post needs --key KEY or an idempotencyKey in the --file posting: {KEY_WHY}"
+        ))),
+        (None, file) => Ok(file.to_owned()),
+        (Some(k), "") => Ok(k.to_owned()),
+        (Some(k), file) if k == file => Ok(k.to_owned()),
+        (Some(k), file) => Err(Failure::Usage(format!(
+            "--key {k:?} and the --file posting's idempotencyKey {file:?} differ: give one of them (without --key, the file's is used)"
+        ))),
+    }
+}
+
+/// The form of a leg, for messages.
+const LEG_FORM: &str = "ACCOUNT:DIRECTION:AMOUNT (e.g. assets:bank:debit:100.00; DIRECTION is debit or credit, or d, dr, c, cr)";
+
+/// A leg from `ACCOUNT:DIRECTION:AMOUNT`, read from the right (the account code may hold
+/// colons). A leg that is not of that form is refused naming the form and the part that is
+/// wrong, as clap's value parser for `LEG`.
+pub fn parse_leg(s: &str) -> Result<pb::Leg, String> {
+    let parts: Vec<&str> = s.rsplitn(3, ':').collect();
+    let &[amount, direction, account] = parts.as_slice() else {
+        return Err(format!(
+            "leg {s:?} is not {LEG_FORM}: it has {} part(s) separated by colons, a leg needs three",
+            parts.len()
+        ));
     };
-    let mut parts = s.rsplitn(3, ':');
-    let (amount, direction, account) = (
-        parts.next().ok_or_else(bad)?,
-        parts.next().ok_or_else(bad)?,
-        parts.next().ok_or_else(bad)?,
-    );
+    let wrong = |part: &str, why: String| format!("leg {s:?} is not {LEG_FORM}: its {part} {why}");
+    if account.is_empty() {
+        return Err(wrong("ACCOUNT", "is empty".into()));
+    }
+    if !is_decimal(amount) {
+        let hint = if ["debit", "credit"]
+            .iter()
+            .any(|d| amount.to_ascii_lowercase().contains(d))
+        {
+            " (the parts are separated by colons, not dashes)"
+        } else {
+            ""
+        };
+        return Err(wrong(
+            "AMOUNT (after the last colon)",
+            format!("{amount:?} is not a positive decimal such as 100.00{hint}"),
+        ));
+    }
     let direction = match direction.to_ascii_lowercase().as_str() {
         "debit" | "d" | "dr" => pb::Direction::Debit,
         "credit" | "c" | "cr" => pb::Direction::Credit,
         _ => {
-            return Err(ToolError(format!(
-                "leg {s:?}: direction {direction:?} is not debit or credit"
-            )))
+            return Err(wrong(
+                "DIRECTION (between the last two colons)",
+                format!("{direction:?} is not debit or credit (or d, dr, c, cr)"),
+            ))
         }
     };
     Ok(pb::Leg {
@@ -254,69 +323,62 @@ pub fn parse_leg(s: &str) -> Result<pb::Leg, ToolError> {
     })
 }
 
-/// The fields of a JSON PostRequest as grpcurl takes it (proto names or lowerCamelCase).
-fn post_from_json(v: &Value) -> Result<pb::PostRequest, ToolError> {
-    let field = |a: &str, b: &str| v.get(a).or_else(|| v.get(b));
-    let text = |x: Option<&Value>| x.and_then(Value::as_str).unwrap_or_default().to_owned();
-    let legs = field("legs", "legs")
-        .and_then(Value::as_array)
-        .ok_or_else(|| ToolError("the JSON posting has no \"legs\" array".into()))?
-        .iter()
-        .map(|l| {
-            let d = text(l.get("direction"));
-            let d = d.strip_prefix("DIRECTION_").unwrap_or(&d);
-            parse_leg(&format!(
-                "{}:{d}:{}",
-                text(l.get("account")),
-                text(l.get("amount"))
-            ))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let effective_at = match field("effective_at", "effectiveAt").and_then(Value::as_str) {
-        Some(t) => Some(time_to_pb(parse_time(t).map_err(ToolError)?)),
-        None => None,
-    };
-    let metadata = field("metadata", "metadata")
-        .and_then(Value::as_object)
-        .map(|m| m.iter().map(|(k, v)| (k.clone(), text(Some(v)))).collect())
-        .unwrap_or_default();
-    Ok(pb::PostRequest {
-        idempotency_key: text(field("idempotency_key", "idempotencyKey")),
-        legs,
-        effective_at,
-        memo: text(field("memo", "memo")),
-        metadata,
-        ..Default::default()
-    })
+/// Digits, and optionally a point and more digits: the shape the ledger reads an amount in
+/// (its scale and size it checks itself).
+fn is_decimal(s: &str) -> bool {
+    let digits = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+    match s.split_once('.') {
+        Some((int, frac)) => digits(int) && digits(frac),
+        None => digits(s),
+    }
 }
 
-fn read_file(path: &PathBuf) -> Result<String, ToolError> {
-    let read = if path.as_os_str() == "-" {
-        std::io::read_to_string(std::io::stdin())
+fn read_file(path: &PathBuf) -> Result<(String, String), Failure> {
+    let (what, read) = if path.as_os_str() == "-" {
+        (
+            "standard input".to_owned(),
+            std::io::read_to_string(std::io::stdin()),
+        )
     } else {
-        std::fs::read_to_string(path)
+        (path.display().to_string(), std::fs::read_to_string(path))
     };
-    read.map_err(|e| ToolError(format!("cannot read {}: {e}", path.display())))
+    let text = read.map_err(|e| Failure::Usage(format!("cannot read --file {what}: {e}")))?;
+    Ok((what, text))
 }
 
-/// The request `ledger post` sends.
-pub fn post_request(a: &PostArgs) -> Result<pb::PostRequest, ToolError> {
-    let mut req = match &a.file {
-        Some(path) => {
-            let v: Value = serde_json::from_str(&read_file(path)?)
-                .map_err(|e| ToolError(format!("{} is not JSON: {e}", path.display())))?;
-            post_from_json(&v)?
-        }
-        None => pb::PostRequest {
-            legs: a
-                .legs
-                .iter()
-                .map(|l| parse_leg(l))
-                .collect::<Result<_, _>>()?,
+/// What `ledger post` sends: one posting, or a file's list of them as one `PostBatch`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PostPlan {
+    One(pb::PostRequest),
+    Batch(Vec<pb::PostRequest>),
+}
+
+/// The request(s) `ledger post` sends, or the mistake in its arguments.
+pub fn post_plan(a: &PostArgs) -> Result<PostPlan, Failure> {
+    let Some(path) = &a.file else {
+        let key = required_key(&a.key, "post")?;
+        let req = pb::PostRequest {
+            idempotency_key: key,
+            legs: a.legs.clone(),
             ..Default::default()
-        },
+        };
+        return Ok(PostPlan::One(with_flags(a, req)));
     };
-    req.idempotency_key = required_key(&a.key, "post")?;
+    let (what, text) = read_file(path)?;
+    match super::post_file::parse(&what, &text).map_err(Failure::Usage)? {
+        PostFile::One(mut req) => {
+            req.idempotency_key = file_key(&a.key, &req.idempotency_key)?;
+            Ok(PostPlan::One(with_flags(a, req)))
+        }
+        PostFile::Batch(requests) => {
+            refuse_flags_for_one(a)?;
+            Ok(PostPlan::Batch(requests))
+        }
+    }
+}
+
+/// One posting with the options of the command line applied.
+fn with_flags(a: &PostArgs, mut req: pb::PostRequest) -> pb::PostRequest {
     if let Some(m) = &a.memo {
         req.memo.clone_from(m);
     }
@@ -328,26 +390,54 @@ pub fn post_request(a: &PostArgs) -> Result<pb::PostRequest, ToolError> {
     if let Some(t) = a.hold_expires_at {
         req.hold_expires_at = Some(time_to_pb(t));
     }
-    Ok(req)
+    req
 }
 
-/// Prints a record: JSON, or its fields one a line.
+/// The options that apply to one posting are refused with a file's list of them.
+fn refuse_flags_for_one(a: &PostArgs) -> Result<(), Failure> {
+    let given = [
+        ("--key", a.key.is_some()),
+        ("--memo", a.memo.is_some()),
+        ("--effective", a.effective.is_some()),
+        ("--meta", !a.metadata.is_empty()),
+        ("--hold", a.hold),
+        ("--hold-expires-at", a.hold_expires_at.is_some()),
+    ];
+    let given: Vec<&str> = given.iter().filter(|(_, g)| *g).map(|(f, _)| *f).collect();
+    if given.is_empty() {
+        return Ok(());
+    }
+    Err(Failure::Usage(format!(
+        "{} apply to one posting; the --file holds a list of requests, sent as one PostBatch: give the idempotencyKey, memo, effectiveAt, metadata, hold and holdExpiresAt in each request",
+        given.join(", ")
+    )))
+}
+
 /// The answer to a write (post, void, capture): the posting and whether it was a replay.
+fn posted_json(posting: Option<&pb::Posting>, replayed: bool) -> Value {
+    let posting = posting.map(output::posting_json).unwrap_or(Value::Null);
+    json!({ "posting": posting, "replayed": replayed })
+}
+
 fn print_posted(
     format: Format,
     posting: Option<&pb::Posting>,
     replayed: bool,
 ) -> Result<(), ToolError> {
-    let posting = posting.map(output::posting_json).unwrap_or(Value::Null);
-    print(format, &json!({ "posting": posting, "replayed": replayed }))
+    print(format, &posted_json(posting, replayed))
 }
 
+/// Prints a record: JSON, or its fields one a line.
 fn print(format: Format, v: &Value) -> Result<(), ToolError> {
     let text = match format {
         Format::Json => output::json_text(v),
         Format::Table => output::fields(v),
     };
-    crate::cli::print_out(&text).map_err(|e| ToolError(format!("cannot write to stdout: {e}")))
+    print_text(&text)
+}
+
+fn print_text(text: &str) -> Result<(), ToolError> {
+    crate::cli::print_out(text).map_err(|e| ToolError(format!("cannot write to stdout: {e}")))
 }
 
 pub async fn account(cmd: AccountCommand) -> Result<(), ToolError> {
@@ -445,20 +535,144 @@ async fn list_accounts(prefix: &str, common: &Common) -> Result<(), ToolError> {
         .map_err(|e| ToolError(format!("cannot write to stdout: {e}")))
 }
 
-pub async fn post(a: PostArgs) -> Result<(), ToolError> {
-    let req = post_request(&a)?;
-    let r = a
-        .common
-        .client
-        .connect()
-        .await?
-        .post(req)
-        .await?
-        .into_inner();
-    print_posted(a.common.format, r.posting.as_ref(), r.replayed)
+/// `ledger post`: one `Post`, or one `PostBatch` of a file's list.
+pub async fn post(a: PostArgs) -> Result<(), Failure> {
+    let plan = post_plan(&a)?;
+    let mut client = a.common.client.connect().await?;
+    match plan {
+        PostPlan::One(req) => {
+            let r = client.post(req).await?.into_inner();
+            Ok(print_posted(
+                a.common.format,
+                r.posting.as_ref(),
+                r.replayed,
+            )?)
+        }
+        PostPlan::Batch(requests) => {
+            let n = requests.len();
+            let batch = pb::PostBatchRequest { requests };
+            let r = client.post_batch(batch).await?.into_inner();
+            post_batch_answer(a.common.format, n, &r.results)
+        }
+    }
 }
 
-pub async fn void(a: VoidArgs) -> Result<(), ToolError> {
+/// Prints a `PostBatch`'s results, each what `ledger post` prints or the error with its
+/// reason; fails (exit 1) when any request failed.
+fn post_batch_answer(
+    format: Format,
+    n: usize,
+    results: &[pb::PostBatchResult],
+) -> Result<(), Failure> {
+    if results.len() != n {
+        let why = format!(
+            "the ledger answered {} results to {n} requests",
+            results.len()
+        );
+        return Err(ToolError(why).into());
+    }
+    let outcomes: Vec<BatchOutcome> = results.iter().map(batch_outcome).collect();
+    let text = match format {
+        Format::Json => {
+            let results: Vec<Value> = outcomes.iter().map(|o| o.json.clone()).collect();
+            output::json_text(&json!({ "results": results }))
+        }
+        Format::Table => batch_table(&outcomes),
+    };
+    print_text(&text)?;
+    let failed = outcomes.iter().filter(|o| o.failed).count();
+    if failed == 0 {
+        return Ok(());
+    }
+    let why = format!("{failed} of {n} requests of the PostBatch failed (each result is printed above; the others were recorded, or replayed)");
+    Err(ToolError(why).into())
+}
+
+/// One result: as grpcurl prints it, and as `ledger post` prints it.
+struct BatchOutcome {
+    failed: bool,
+    json: Value,
+    table: Value,
+    headline: String,
+}
+
+fn batch_outcome(r: &pb::PostBatchResult) -> BatchOutcome {
+    use pb::post_batch_result::Outcome;
+    match &r.outcome {
+        Some(Outcome::Response(p)) => {
+            let posted = posted_json(p.posting.as_ref(), p.replayed);
+            let key = p
+                .posting
+                .as_ref()
+                .map_or("", |p| p.idempotency_key.as_str());
+            let what = if p.replayed { "replayed" } else { "posted" };
+            BatchOutcome {
+                failed: false,
+                json: json!({ "response": posted }),
+                table: posted,
+                headline: format!("{what} (key {key})"),
+            }
+        }
+        Some(Outcome::Error(e)) => batch_error(e),
+        None => BatchOutcome {
+            failed: true,
+            json: json!({}),
+            table: json!({ "error": "the ledger answered a result without an outcome" }),
+            headline: "failed".into(),
+        },
+    }
+}
+
+/// A failed request's result: its code, reason, message and facts.
+fn batch_error(e: &tonic_types::pb::Status) -> BatchOutcome {
+    use tonic_types::StatusExt as _;
+    let code = tonic::Code::from_i32(e.code);
+    let status = tonic::Status::with_details(
+        code,
+        e.message.clone(),
+        prost::Message::encode_to_vec(e).into(),
+    );
+    let info = status.get_details_error_info();
+    let reason = info.as_ref().map_or("", |i| i.reason.as_str());
+    let metadata: std::collections::BTreeMap<_, _> =
+        info.iter().flat_map(|i| i.metadata.iter()).collect();
+    let details: Vec<Value> = info
+        .iter()
+        .map(|i| {
+            json!({
+                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                "reason": i.reason,
+                "domain": i.domain,
+                "metadata": metadata,
+            })
+        })
+        .collect();
+    BatchOutcome {
+        failed: true,
+        json: json!({ "error": { "code": e.code, "message": e.message, "details": details } }),
+        table: json!({ "error": format!("{code:?} {reason}: {}", e.message), "metadata": metadata }),
+        headline: format!("failed, {reason}"),
+    }
+}
+
+/// The results for people: each under a line naming it, then a count.
+fn batch_table(outcomes: &[BatchOutcome]) -> String {
+    let n = outcomes.len();
+    let mut text = String::new();
+    for (i, o) in outcomes.iter().enumerate() {
+        text.push_str(&format!("# request {i} of {n}: {}\n", o.headline));
+        text.push_str(&output::fields(&o.table));
+        text.push('\n');
+    }
+    let failed = outcomes.iter().filter(|o| o.failed).count();
+    text.push_str(&format!(
+        "{n} requests: {} answered with a posting, {failed} failed\n",
+        n - failed
+    ));
+    text
+}
+
+pub async fn void(a: VoidArgs) -> Result<(), Failure> {
     let key = required_key(&a.key, "void")?;
     let mut client = a.common.client.connect().await?;
     let posting_id = match (a.posting_id, a.posting_key) {
@@ -472,7 +686,7 @@ pub async fn void(a: VoidArgs) -> Result<(), ToolError> {
         }
         _ => {
             let why = "ledger void takes a POSTING_ID or --posting-key KEY";
-            return Err(ToolError(why.into()));
+            return Err(Failure::Usage(why.into()));
         }
     };
     let req = pb::VoidRequest {
@@ -482,7 +696,11 @@ pub async fn void(a: VoidArgs) -> Result<(), ToolError> {
         effective_at: a.effective.map(time_to_pb),
     };
     let r = client.void(req).await?.into_inner();
-    print_posted(a.common.format, r.posting.as_ref(), r.replayed)
+    Ok(print_posted(
+        a.common.format,
+        r.posting.as_ref(),
+        r.replayed,
+    )?)
 }
 
 /// A posting's id: given, or found by the caller's idempotency key.
@@ -505,13 +723,9 @@ async fn posting_id(
     }
 }
 
-pub async fn capture(a: CaptureArgs) -> Result<(), ToolError> {
+pub async fn capture(a: CaptureArgs) -> Result<(), Failure> {
     let key = required_key(&a.key, "capture")?;
-    let legs = a
-        .legs
-        .iter()
-        .map(|l| parse_leg(l))
-        .collect::<Result<_, _>>()?;
+    let legs = a.legs;
     let mut client = a.common.client.connect().await?;
     let usage = "ledger capture takes --hold POSTING_ID or --hold-key KEY";
     let hold_posting_id = posting_id(&mut client, a.hold_posting_id, a.hold_key, usage).await?;
@@ -524,7 +738,11 @@ pub async fn capture(a: CaptureArgs) -> Result<(), ToolError> {
         metadata: a.metadata.into_iter().collect(),
     };
     let r = client.capture(req).await?.into_inner();
-    print_posted(a.common.format, r.posting.as_ref(), r.replayed)
+    Ok(print_posted(
+        a.common.format,
+        r.posting.as_ref(),
+        r.replayed,
+    )?)
 }
 
 pub async fn posting(cmd: PostingCommand) -> Result<(), ToolError> {
@@ -588,33 +806,74 @@ mod tests {
                 "100.00"
             )
         );
-        assert_eq!(
-            parse_leg("a:D:1").unwrap().direction,
-            pb::Direction::Debit as i32
-        );
-        for bad in ["a:1", "a:sideways:1", "100"] {
-            assert!(parse_leg(bad).is_err(), "{bad}");
+        for (alias, d) in [
+            ("D", pb::Direction::Debit),
+            ("dr", pb::Direction::Debit),
+            ("Debit", pb::Direction::Debit),
+            ("c", pb::Direction::Credit),
+            ("CR", pb::Direction::Credit),
+        ] {
+            let leg = parse_leg(&format!("a:{alias}:1")).unwrap();
+            assert_eq!(leg.direction, d as i32, "{alias}");
         }
     }
 
     #[test]
-    fn a_json_posting_reads_as_grpcurl_would_send_it() {
-        let v: Value = serde_json::from_str(r#"{"idempotencyKey":"k","memo":"m","effective_at":"2026-12-31","metadata":{"a":"b"},
-            "legs":[{"account":"x","direction":"DIRECTION_DEBIT","amount":"1.00"},{"account":"y","direction":"credit","amount":"1.00"}]}"#).unwrap();
-        let r = post_from_json(&v).unwrap();
-        assert_eq!(
-            (r.idempotency_key.as_str(), r.memo.as_str(), r.legs.len()),
-            ("k", "m", 2)
-        );
-        assert_eq!(r.legs[1].direction, pb::Direction::Credit as i32);
-        assert_eq!(r.metadata.get("a").map(String::as_str), Some("b"));
-        assert!(r.effective_at.is_some());
+    fn a_mistyped_leg_is_refused_naming_the_form_and_the_part_that_is_wrong() {
+        for (leg, part) in [
+            (
+                "liabilities:wallet:carol-1-debit-1.00",
+                "AMOUNT (after the last colon) \"carol-1-debit-1.00\"",
+            ),
+            (
+                "a:sideways:1",
+                "DIRECTION (between the last two colons) \"sideways\"",
+            ),
+            (
+                "assets:bank:100.00",
+                "DIRECTION (between the last two colons) \"bank\"",
+            ),
+            ("a:debit:-1.00", "AMOUNT (after the last colon) \"-1.00\""),
+            ("a:debit:1,00", "AMOUNT (after the last colon) \"1,00\""),
+            (":debit:1.00", "ACCOUNT is empty"),
+            ("a:1", "2 part(s)"),
+            ("100", "1 part(s)"),
+        ] {
+            let e = parse_leg(leg).unwrap_err();
+            assert!(
+                e.contains(LEG_FORM) && e.contains(part) && e.contains(&format!("{leg:?}")),
+                "{leg}: {e}"
+            );
+        }
+        let e = parse_leg("liabilities:wallet:carol-1-debit-1.00").unwrap_err();
+        assert!(e.contains("separated by colons, not dashes"), "{e}");
     }
 
     #[test]
-    fn a_write_without_a_key_is_refused_saying_why_a_key_is_needed() {
-        let e = required_key(&None, "post").unwrap_err();
-        assert!(e.0.contains("--key") && e.0.contains("retry"), "{e}");
-        assert!(required_key(&Some(String::new()), "void").is_err());
+    fn a_write_without_a_key_is_a_usage_error_saying_why_a_key_is_needed() {
+        let Err(Failure::Usage(e)) = required_key(&None, "post") else {
+            panic!("a usage error")
+        };
+        assert!(e.contains("--key") && e.contains("retry"), "{e}");
+        assert!(matches!(
+            required_key(&Some(String::new()), "void"),
+            Err(Failure::Usage(_))
+        ));
+    }
+
+    #[test]
+    fn a_files_key_is_used_without_key_and_a_different_key_is_refused() {
+        let key = |flag: Option<&str>, file: &str| file_key(&flag.map(str::to_owned), file);
+        assert_eq!(key(None, "f").unwrap(), "f");
+        assert_eq!(key(Some("k"), "").unwrap(), "k");
+        assert_eq!(key(Some("k"), "k").unwrap(), "k");
+        let Err(Failure::Usage(e)) = key(Some("k"), "f") else {
+            panic!("a usage error")
+        };
+        assert!(
+            e.contains("\"k\"") && e.contains("\"f\"") && e.contains("differ"),
+            "{e}"
+        );
+        assert!(matches!(key(None, ""), Err(Failure::Usage(_))));
     }
 }

@@ -10,6 +10,7 @@ pub mod bench_decide;
 pub mod bench_writer;
 pub mod commands;
 pub mod output;
+pub mod post_file;
 pub mod report;
 
 use ledger_client::{ConnectOptions, RawClient};

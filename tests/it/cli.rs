@@ -614,3 +614,269 @@ async fn a_server_that_wants_a_client_certificate_says_so_when_none_is_given() {
         "what to do, and the code once: {err}"
     );
 }
+
+/// A file of this text in a directory of its own, removed with it when dropped.
+struct TempFile(std::path::PathBuf);
+
+impl TempFile {
+    fn to_str(&self) -> Option<&str> {
+        self.0.to_str()
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+fn temp_file(name: &str, text: &str) -> TempFile {
+    let dir = std::env::temp_dir().join(format!("ledger-cli-{}", uuid::Uuid::now_v7().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    TempFile(path)
+}
+
+/// A PostRequest as grpcurl sends it: `amount` from `from` to `to` under `key`.
+fn request_json(key: &str, from: &str, to: &str, amount: &str) -> Value {
+    serde_json::json!({
+        "idempotencyKey": key,
+        "legs": [
+            { "account": to, "direction": "DIRECTION_DEBIT", "amount": amount },
+            { "account": from, "direction": "DIRECTION_CREDIT", "amount": amount },
+        ],
+    })
+}
+
+/// The usage errors of the write commands: the arguments, and what the message must name.
+/// `files` are a malformed file, one posting with its own key, a list of postings.
+fn usage_error_cases(files: [&str; 3]) -> Vec<(Vec<&str>, Vec<&str>)> {
+    let [bad_json, keyed, listed] = files;
+    let id = "0190f0a0-0000-7000-8000-000000000000";
+    let world = "equity:world:credit:1.00";
+    let form = "ACCOUNT:DIRECTION:AMOUNT";
+    vec![
+        // A dash where a colon belongs: the amount part is what is wrong.
+        (
+            vec![
+                "post",
+                "--key",
+                "k",
+                "liabilities:wallet:carol-1-debit-1.00",
+                world,
+            ],
+            vec![form, "AMOUNT", "\"carol-1-debit-1.00\"", "not dashes"],
+        ),
+        (
+            vec!["post", "--key", "k", "acct:0:sideways:1.00", world],
+            vec![form, "DIRECTION", "\"sideways\"", "d, dr, c, cr"],
+        ),
+        (
+            vec!["post", "--key", "k", "wallet:1.00", world],
+            vec![form, "\"wallet:1.00\"", "2 part(s)"],
+        ),
+        (
+            vec!["capture", "--hold", id, "--key", "k", "acct:0:debit:1,00"],
+            vec![form, "AMOUNT", "\"1,00\""],
+        ),
+        (
+            vec!["post", "acct:0:debit:1.00", world],
+            vec!["needs --key", "retry"],
+        ),
+        (vec!["void", id], vec!["needs --key"]),
+        (vec!["capture", "--hold", id], vec!["needs --key"]),
+        (
+            vec!["post", "--file", bad_json],
+            vec![bad_json, "'memmo' at line 2", "DIRECTION_DEBIT"],
+        ),
+        (
+            vec!["post", "--file", keyed, "--key", "other"],
+            vec!["\"other\"", "\"from-file\"", "differ"],
+        ),
+        (
+            vec!["post", "--file", "/nonexistent/post.json", "--key", "k"],
+            vec!["cannot read", "/nonexistent/post.json"],
+        ),
+        (
+            vec!["post", "--file", listed, "--memo", "m"],
+            vec!["--memo", "one posting", "PostBatch"],
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn cli_usage_errors_exit_2_naming_the_form_and_the_part_that_is_wrong_and_send_nothing() {
+    let mut t = TestLedger::start().await;
+    world_and_one_account(&mut t.client).await;
+    let s = t.server.as_ref().unwrap().local_addr.to_string();
+    let one = request_json("from-file", "equity:world", "acct:0", "1.00").to_string();
+    let list = format!("[{one}]");
+    let bad_json = temp_file("bad.json", "{\"legs\": [],\n \"memmo\": \"x\"}");
+    let keyed = temp_file("one.json", &one);
+    let listed = temp_file("list.json", &list);
+    let cases = usage_error_cases([
+        bad_json.to_str().unwrap(),
+        keyed.to_str().unwrap(),
+        listed.to_str().unwrap(),
+    ]);
+    let mut wrong = Vec::new();
+    for (args, names) in &cases {
+        let out = ledger(args, &s).await;
+        let err = stderr(&out);
+        if out.status.code() != Some(2) || !names.iter().all(|n| err.contains(n)) {
+            wrong.push(format!(
+                "{args:?}: want exit 2 naming {names:?}, got {:?}: {err}",
+                out.status.code()
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    assert_eq!(t.count("idempotency_keys").await, 0, "nothing was sent");
+}
+
+#[tokio::test]
+async fn a_file_posting_without_key_is_recorded_under_its_own_key_every_field_read() {
+    let mut t = TestLedger::start().await;
+    world_and_one_account(&mut t.client).await;
+    let s = t.server.as_ref().unwrap().local_addr.to_string();
+    let mut hold = request_json("from-file", "equity:world", "acct:0", "2.00");
+    hold["hold"] = true.into();
+    hold["holdExpiresAt"] = "2999-01-01T00:00:00Z".into();
+    hold["metadata"] = serde_json::json!({ "order": "42" });
+    let file = temp_file("hold.json", &hold.to_string());
+    let f = file.to_str().unwrap();
+    let posted = json(&ledger(&["post", "--file", f, "--format", "json"], &s).await);
+    let p = &posted["posting"];
+    assert_eq!(p["idempotencyKey"], "from-file");
+    assert_eq!(
+        (&p["hold"], &p["holdExpiresAt"], &p["metadata"]["order"]),
+        (
+            &Value::Bool(true),
+            &Value::from("2999-01-01T00:00:00Z"),
+            &Value::from("42")
+        ),
+        "{posted}"
+    );
+    // The same key given as --key too is the same request: a replay.
+    let again = ledger(
+        &[
+            "post",
+            "--file",
+            f,
+            "--key",
+            "from-file",
+            "--format",
+            "json",
+        ],
+        &s,
+    )
+    .await;
+    assert_eq!(json(&again)["replayed"], true);
+}
+
+#[tokio::test]
+async fn a_file_list_is_one_post_batch_each_result_printed_exit_1_when_any_request_failed() {
+    let mut t = TestLedger::start().await;
+    world_and_one_account(&mut t.client).await;
+    let s = t.server.as_ref().unwrap().local_addr.to_string();
+    let requests = serde_json::json!([
+        request_json("b-fund", "equity:world", "acct:0", "10.00"),
+        request_json("b-fund", "equity:world", "acct:0", "10.00"), // the same key again
+        request_json("b-bad", "equity:world", "acct:0", "1.005"),  // more decimals than 2
+        request_json("b-over", "acct:0", "equity:world", "50.00"), // acct:0 holds 10.00
+    ]);
+    let file = temp_file("batch.json", &requests.to_string());
+    let f = file.to_str().unwrap();
+    let out = ledger(&["post", "--file", f, "--format", "json"], &s).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("2 of 4 requests"), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    let results = v["results"].as_array().unwrap();
+    let answer = |i: usize| &results[i];
+    assert_eq!(answer(0)["response"]["replayed"], false, "{v}");
+    assert_eq!(answer(1)["response"]["replayed"], true, "{v}");
+    assert_eq!(
+        answer(0)["response"]["posting"]["postingId"],
+        answer(1)["response"]["posting"]["postingId"]
+    );
+    for (i, reason, code) in [(2, "AMOUNT_SCALE", 3), (3, "INSUFFICIENT_FUNDS", 9)] {
+        let e = &answer(i)["error"];
+        assert_eq!(e["code"], code, "{v}");
+        assert_eq!(e["details"][0]["reason"], reason, "{v}");
+        assert_eq!(
+            e["details"][0]["@type"],
+            "type.googleapis.com/google.rpc.ErrorInfo"
+        );
+    }
+    // One call: its postings were written by one transaction.
+    let transactions: i64 = t
+        .db()
+        .await
+        .query_one("SELECT count(DISTINCT xmin::text) FROM postings", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(transactions, 1);
+    // The table: each result under a line naming it, what `post` prints or the error.
+    let table = ledger(&["post", "--file", f], &s).await;
+    let text = String::from_utf8_lossy(&table.stdout);
+    for line in [
+        "# request 0 of 4: replayed (key b-fund)",
+        "# request 2 of 4: failed, AMOUNT_SCALE",
+        "# request 3 of 4: failed, INSUFFICIENT_FUNDS",
+        "4 requests: 2 answered with a posting, 2 failed",
+    ] {
+        assert!(text.contains(line), "{line:?} in:\n{text}");
+    }
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("error") && l.contains("InvalidArgument AMOUNT_SCALE")),
+        "{text}"
+    );
+    assert_eq!(table.status.code(), Some(1));
+    // All accepted (or replayed): exit 0; grpcurl's PostBatch body is taken too.
+    let body =
+        serde_json::json!({ "requests": [request_json("b-2", "equity:world", "acct:0", "1.00")] });
+    let file = temp_file("body.json", &body.to_string());
+    let out = ledger(&["post", "--file", file.to_str().unwrap()], &s).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[tokio::test]
+async fn ledger_help_lists_the_client_commands_apart_from_the_server_operations_and_benchmarks() {
+    let out = ledger_env(&["--help"], &[]).await;
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    // Each heading (a line ending in a colon) and the commands listed under it.
+    let mut sections: Vec<(String, Vec<String>)> = Vec::new();
+    for line in help.lines() {
+        if !line.starts_with(' ') && line.ends_with(':') {
+            sections.push((line.to_owned(), Vec::new()));
+        } else if let (Some(last), Some(name)) = (sections.last_mut(), line.strip_prefix("  ")) {
+            last.1
+                .extend(name.split_whitespace().next().map(str::to_owned));
+        }
+    }
+    let under = |heading: &str| -> Vec<String> {
+        sections
+            .iter()
+            .find(|(h, _)| h.starts_with(heading))
+            .map(|(_, names)| names.clone())
+            .unwrap_or_else(|| panic!("a heading {heading:?} in:\n{help}"))
+    };
+    assert_eq!(
+        under("Client commands"),
+        ["account", "post", "capture", "void", "posting", "balance", "report"],
+        "{help}"
+    );
+    assert_eq!(
+        under("Server and operations"),
+        ["serve", "relay", "migrate", "check", "token"]
+    );
+    assert_eq!(
+        under("Benchmarks"),
+        ["bench", "bench-as-of", "bench-writer", "bench-decide"]
+    );
+}

@@ -9,7 +9,6 @@ use ledger_client::{
     Client, ClientOptions, Decimal, ErrorKind, NewAccount, NewPosting, NormalBalance, Reason,
     RetryPolicy,
 };
-use ledger_server::grpc::pb;
 use std::process::{Child, Command};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};

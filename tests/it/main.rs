@@ -31,6 +31,7 @@ mod roles;
 mod server_surface;
 mod throughput;
 mod tidy;
+mod timestamps;
 mod transport;
 mod upgrade;
 mod validation;

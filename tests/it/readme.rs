@@ -17,11 +17,16 @@ const DOC_BIN_DIR: &str = "$PWD/target/release";
 
 /// The bodies of the marked blocks of a Markdown text, in order.
 fn marked_blocks(markdown: &str) -> Vec<String> {
+    blocks_marked(markdown, MARK)
+}
+
+/// The bodies of the blocks of a Markdown text whose opening line is `mark`, in order.
+fn blocks_marked(markdown: &str, mark: &str) -> Vec<String> {
     let mut blocks = Vec::new();
     let mut current: Option<Vec<&str>> = None;
     for line in markdown.lines() {
         match current.as_mut() {
-            None if line.trim_end() == MARK => current = Some(Vec::new()),
+            None if line.trim_end() == mark => current = Some(Vec::new()),
             None => {}
             Some(_) if line.starts_with("```") => {
                 blocks.push(current.take().unwrap().join("\n"));
@@ -29,7 +34,7 @@ fn marked_blocks(markdown: &str) -> Vec<String> {
             Some(body) => body.push(line),
         }
     }
-    assert!(current.is_none(), "a {MARK} block is not closed");
+    assert!(current.is_none(), "a {mark} block is not closed");
     blocks
 }
 
@@ -57,7 +62,8 @@ async fn run_marked_blocks(doc: &str) -> String {
         );
         script.push('\n');
     }
-    // A directory of its own: files the examples write (reports as CSV) land there.
+    // A directory of its own, as the checkout is for a person: the blocks may write nothing
+    // there.
     let dir = std::env::temp_dir().join(format!(
         "ledger-readme-{}-{}",
         std::process::id(),
@@ -79,7 +85,16 @@ async fn run_marked_blocks(doc: &str) -> String {
         .await
         .unwrap_or_else(|_| panic!("the {MARK} blocks of {doc} did not finish within 120 s"))
         .expect("bash runs");
+    // Where a person runs the blocks is the checkout: nothing may be left there.
+    let left: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
     let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        left.is_empty(),
+        "{doc}'s {MARK} blocks write {left:?} where they are run (the checkout, for a person): write to a temporary directory"
+    );
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
@@ -138,6 +153,104 @@ async fn the_as_of_guides_walkthrough_runs_as_written() {
         values(&out, "balance"),
         ["98.00", "100.00", "98.00", "100.00", "88.00"],
         "the balances the guide's comments give:\n{out}"
+    );
+    assert!(
+        out.contains("carol.csv") && out.contains("tb.csv"),
+        "the reports are written:\n{out}"
+    );
+}
+
+#[tokio::test]
+async fn the_post_batch_recipe_runs_as_written_each_request_answered_as_post_would() {
+    let out = run_marked_blocks("docs/post-batch.md").await;
+    for line in [
+        "# request 0 of 4: posted (key topup-",
+        "# request 1 of 4: replayed (key topup-",
+        "# request 2 of 4: failed, INVALID_AMOUNT",
+        "# request 3 of 4: failed, INSUFFICIENT_FUNDS",
+        "4 requests: 2 answered with a posting, 2 failed",
+        "ledger post exited 1",
+    ] {
+        assert!(out.contains(line), "{line:?} in:\n{out}");
+    }
+    assert_eq!(values(&out, "replayed"), ["false", "true"], "{out}");
+    assert_eq!(values(&out, "metadata.field"), ["legs[0].amount"], "{out}");
+    assert_eq!(
+        values(&out, "balance"),
+        ["20.00"],
+        "the top-up, once:\n{out}"
+    );
+}
+
+/// docs/clients.md's runnable blocks: the shell that makes the Python stubs, then the Python.
+const CLIENTS_SH: &str = "```sh clients";
+const CLIENTS_PY: &str = "```python clients";
+
+#[tokio::test]
+async fn the_python_clients_guide_runs_as_written_against_a_fresh_server() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("docs/clients.md")).expect("docs/clients.md");
+    let (sh, py) = (
+        blocks_marked(&text, CLIENTS_SH),
+        blocks_marked(&text, CLIENTS_PY),
+    );
+    assert!(
+        sh.len() == 1 && py.len() == 1,
+        "one {CLIENTS_SH} and one {CLIENTS_PY} block"
+    );
+    assert!(
+        sh[0].contains(DOC_SERVER),
+        "the shell block names the server as {DOC_SERVER}"
+    );
+    let t = TestLedger::start().await;
+    let server = t.server.as_ref().unwrap().local_addr.to_string();
+    // The Python in the shell of the stubs, as a person pastes it; run where the checkout's
+    // `proto` is (a link to it), which must be all that is left there afterwards.
+    let script = format!(
+        "{}\npython3 - <<'PYTHON'\n{}\nPYTHON\n",
+        sh[0].replace(DOC_SERVER, &server),
+        py[0]
+    );
+    let dir =
+        std::env::temp_dir().join(format!("ledger-clients-{}", uuid::Uuid::now_v7().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::symlink(root.join("proto"), dir.join("proto")).unwrap();
+    let run = tokio::process::Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &script])
+        .current_dir(&dir)
+        .env_remove("PYTHONPATH")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .expect("the Python guide finishes within 120 s")
+        .expect("bash runs");
+    std::fs::remove_file(dir.join("proto")).unwrap();
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success(),
+        "docs/clients.md's blocks failed ({}; the Python packages come from scripts/ensure-deps.sh):\n{}\n--- stdout:\n{stdout}",
+        out.status,
+        tail(&stderr, 40)
+    );
+    assert!(left.is_empty(), "the guide leaves {left:?} where it is run");
+    let lines: Vec<&str> = stdout.lines().collect();
+    let posted = values(&stdout, "posted");
+    assert_eq!(posted.len(), 1, "{stdout}");
+    assert!(
+        lines.iter().any(|l| l.ends_with("replayed False"))
+            && lines.contains(&format!("again {} replayed True", posted[0]).as_str())
+            && lines.contains(&"refused FAILED_PRECONDITION INSUFFICIENT_FUNDS True")
+            && lines.contains(&"balance 25.00 EUR"),
+        "what the guide says it prints:\n{stdout}"
     );
 }
 

@@ -9,7 +9,7 @@ use super::error::{LedgerError, Reason};
 use super::limits::MAX_LEGS;
 use super::posting::{
     capture_fingerprint, check_balanced, leg_codes, parse_posting_id, resolve_legs,
-    validate_effective_at, validate_idempotency_key, validate_text, Fingerprint, Leg, LegRequest,
+    validate_idempotency_key, validate_text, validate_time, Fingerprint, Leg, LegRequest,
 };
 use super::record::{rfc3339, PostedLeg, Posting};
 use std::collections::HashMap;
@@ -46,7 +46,7 @@ pub fn check_expiry(
             ),
         )
         .with("field", "hold_expires_at")),
-        Some(t) => validate_effective_at(Some(t)).map_err(|e| e.with("field", "hold_expires_at")),
+        Some(t) => validate_time("hold_expires_at", Some(t)),
         None => Ok(()),
     }
 }
@@ -102,7 +102,7 @@ impl CaptureRequest {
         validate_idempotency_key(&self.idempotency_key)?;
         validate_text("memo", &self.memo)?;
         validate_metadata(&self.metadata)?;
-        validate_effective_at(self.effective_at)?;
+        validate_time("effective_at", self.effective_at)?;
         if self.legs.len() > MAX_LEGS {
             return Err(
                 LedgerError::limit("leg count", "MAX_LEGS", MAX_LEGS, self.legs.len())

@@ -65,6 +65,20 @@ pub const MAX_TOKEN_TOTALS: usize = 64;
 /// Currencies in one trial balance (`ListBalances` totals), at most; narrow the prefix beyond.
 pub const MAX_TRIAL_BALANCE_CURRENCIES: usize = 1000;
 
+/// The earliest second of any time a request carries (`effective_at`, `hold_expires_at`,
+/// `as_of`): 0001-01-01T00:00:00Z, the first of a `google.protobuf.Timestamp`. Every time
+/// field of every request takes the proto's whole range, no narrower.
+pub const MIN_TIMESTAMP_SECONDS: i64 = -62_135_596_800;
+/// The latest second: 9999-12-31T23:59:59Z, the last of a `google.protobuf.Timestamp` (with
+/// up to [`MAX_TIMESTAMP_NANOS`] more).
+pub const MAX_TIMESTAMP_SECONDS: i64 = 253_402_300_799;
+/// The largest `nanos` of a Timestamp (they run 0..=999,999,999; the ledger keeps
+/// microseconds, so it cuts the rest).
+pub const MAX_TIMESTAMP_NANOS: i32 = 999_999_999;
+/// The range as people read it, for messages.
+pub const TIMESTAMP_RANGE: &str = "0001-01-01T00:00:00Z ..= 9999-12-31T23:59:59.999999999Z \
+    (MIN_TIMESTAMP_SECONDS..=MAX_TIMESTAMP_SECONDS, nanos 0..=MAX_TIMESTAMP_NANOS), the range of a protobuf Timestamp";
+
 /// Longest the ledger takes to record the release of an expired hold after its expiry time,
 /// under normal load and the default expiry poll (a capture or void after the expiry time is
 /// refused whether or not the release is recorded yet).

@@ -132,21 +132,26 @@ pub fn validate_text(field: &str, text: &str) -> Result<(), LedgerError> {
     Ok(())
 }
 
-/// Effective times must lie in years 1900..=9999 (storage's and finance's sane range).
-pub fn validate_effective_at(at: Option<OffsetDateTime>) -> Result<(), LedgerError> {
-    if let Some(at) = at {
-        if !(1900..=9999).contains(&at.year()) {
-            return Err(LedgerError::new(
+/// A time a request carries lies in the range of a protobuf Timestamp
+/// ([`super::limits::TIMESTAMP_RANGE`]), the same for every time field, naming `field` when
+/// it does not (the gRPC conversion refuses such values first; this holds for every caller).
+pub fn validate_time(field: &str, at: Option<OffsetDateTime>) -> Result<(), LedgerError> {
+    use super::limits::{MAX_TIMESTAMP_SECONDS, MIN_TIMESTAMP_SECONDS, TIMESTAMP_RANGE};
+    match at {
+        Some(at)
+            if !(MIN_TIMESTAMP_SECONDS..=MAX_TIMESTAMP_SECONDS).contains(&at.unix_timestamp()) =>
+        {
+            Err(LedgerError::new(
                 Reason::InvalidField,
                 format!(
-                    "effective_at {} is outside years 1900..=9999",
+                    "{field} {} is outside {TIMESTAMP_RANGE}",
                     super::record::rfc3339(at)
                 ),
             )
-            .with("field", "effective_at"));
+            .with("field", field))
         }
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 impl PostRequest {
@@ -173,7 +178,7 @@ impl PostRequest {
         }
         validate_text("memo", &self.memo)?;
         validate_metadata(&self.metadata)?;
-        validate_effective_at(self.effective_at)?;
+        validate_time("effective_at", self.effective_at)?;
         if self.hold_expires_at.is_some() && !self.hold {
             return Err(LedgerError::new(
                 Reason::InvalidField,
@@ -335,7 +340,7 @@ impl VoidRequest {
     pub fn validate(&self) -> Result<ValidVoid, LedgerError> {
         validate_idempotency_key(&self.idempotency_key)?;
         validate_text("reason", &self.reason)?;
-        validate_effective_at(self.effective_at)?;
+        validate_time("effective_at", self.effective_at)?;
         let target = parse_posting_id(&self.posting_id)?;
         let fingerprint = void_fingerprint(target, &self.reason, self.effective_at);
         Ok(ValidVoid {

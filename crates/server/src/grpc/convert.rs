@@ -13,26 +13,25 @@ use prost_types::Timestamp;
 use time::OffsetDateTime;
 
 /// A protobuf timestamp as a time, truncated to microseconds (the journal's precision).
-/// Out-of-range or malformed timestamps are refused.
+/// Anything outside the proto's own range (`TIMESTAMP_RANGE`) is refused, naming `field`.
 pub fn time_from_pb(field: &str, ts: &Timestamp) -> Result<OffsetDateTime, LedgerError> {
-    let bad = || {
-        LedgerError::new(
+    use ledger_core::limits::{
+        MAX_TIMESTAMP_NANOS, MAX_TIMESTAMP_SECONDS, MIN_TIMESTAMP_SECONDS, TIMESTAMP_RANGE,
+    };
+    let in_range = (MIN_TIMESTAMP_SECONDS..=MAX_TIMESTAMP_SECONDS).contains(&ts.seconds)
+        && (0..=MAX_TIMESTAMP_NANOS).contains(&ts.nanos);
+    let nanos = i128::from(ts.seconds) * 1_000_000_000 + i128::from(ts.nanos / 1000 * 1000);
+    match OffsetDateTime::from_unix_timestamp_nanos(nanos) {
+        Ok(t) if in_range => Ok(t),
+        _ => Err(LedgerError::new(
             Reason::InvalidField,
             format!(
-                "{field} {}s {}ns is not a valid timestamp",
+                "{field} ({} seconds, {} nanos) is outside {TIMESTAMP_RANGE}",
                 ts.seconds, ts.nanos
             ),
         )
-    };
-    if !(0..1_000_000_000).contains(&ts.nanos) {
-        return Err(bad());
+        .with("field", field)),
     }
-    let nanos = i128::from(ts.seconds) * 1_000_000_000 + i128::from(ts.nanos / 1000 * 1000);
-    let t = OffsetDateTime::from_unix_timestamp_nanos(nanos).map_err(|_| bad())?;
-    if !(1..=9999).contains(&t.year()) {
-        return Err(bad());
-    }
-    Ok(t)
 }
 
 /// A time as a protobuf timestamp.
@@ -411,5 +410,29 @@ mod tests {
             }
         )
         .is_err());
+    }
+
+    #[test]
+    fn the_protos_whole_timestamp_range_is_taken_and_a_value_outside_it_names_its_field() {
+        use ledger_core::limits::{MAX_TIMESTAMP_SECONDS, MIN_TIMESTAMP_SECONDS};
+        let ts = |seconds, nanos| Timestamp { seconds, nanos };
+        let first = time_from_pb("f", &ts(MIN_TIMESTAMP_SECONDS, 0)).unwrap();
+        assert_eq!(ledger_core::record::rfc3339(first), "0001-01-01T00:00:00Z");
+        let last = time_from_pb("f", &ts(MAX_TIMESTAMP_SECONDS, 999_999_999)).unwrap();
+        assert_eq!(
+            ledger_core::record::rfc3339(last),
+            "9999-12-31T23:59:59.999999Z"
+        );
+        for bad in [
+            ts(MAX_TIMESTAMP_SECONDS + 1, 0),
+            ts(MIN_TIMESTAMP_SECONDS - 1, 999_999_999),
+            ts(0, -1),
+            ts(0, 1_000_000_000),
+        ] {
+            let e = time_from_pb("as_of.recorded_at", &bad).unwrap_err();
+            assert_eq!(e.reason, Reason::InvalidField);
+            assert_eq!(e.metadata["field"], "as_of.recorded_at");
+            assert!(e.message.contains("9999-12-31T23:59:59.999999999Z"), "{e}");
+        }
     }
 }
