@@ -1096,6 +1096,81 @@ async fn what_an_expired_hold_held_may_be_spent_before_its_release_is_recorded()
 }
 
 #[tokio::test]
+async fn late_releases_log_one_line_per_round_with_counts_and_their_lag_is_a_metric() {
+    let url = pg::shared_cluster().fresh_database().await;
+    let mut t = without_expiry_task(url.clone()).await;
+    t.standard_accounts(2).await;
+    t.post(transfer("fund", "equity:world", "acct:0", "50.00"))
+        .await
+        .unwrap();
+    let until = OffsetDateTime::now_utc() + Duration::milliseconds(500);
+    let holds = 40;
+    let requests = (0..holds)
+        .map(|i| hold_until(&format!("h{i}"), "acct:0", "acct:1", "0.50", until))
+        .collect();
+    let results = t
+        .client
+        .post_batch(pb::PostBatchRequest { requests })
+        .await
+        .unwrap()
+        .into_inner()
+        .results;
+    assert!(results
+        .iter()
+        .all(|r| matches!(r.outcome, Some(pb::post_batch_result::Outcome::Response(_)))));
+    t.server.take().unwrap().shutdown().await.unwrap();
+    // Stopped past the expiry and the lag bound: every release comes late, at start-up.
+    let wait = until + Duration::milliseconds(1500) - OffsetDateTime::now_utc();
+    tokio::time::sleep(wait.try_into().unwrap()).await;
+    let log_path = std::env::temp_dir().join(format!("ledger-late-{}.log", uuid::Uuid::now_v7()));
+    let metrics: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let (mut child, _channel) = crate::ops::spawn_server(
+        &url,
+        &["--metrics-listen", &metrics.to_string()],
+        &[("LEDGER_LOG", "warn"), ("LEDGER_LOG_FORMAT", "json")],
+        Some(std::fs::File::create(&log_path).unwrap()),
+    )
+    .await;
+    let text = crate::ops::scrape(metrics).await;
+    let pid = child.id().unwrap() as i32;
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    tokio::time::timeout(StdDuration::from_secs(15), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    let _ = std::fs::remove_file(&log_path);
+    let late: Vec<serde_json::Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| {
+            v["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("HOLD_EXPIRY_LAG_MAX"))
+        })
+        .collect();
+    assert_eq!(late.len(), 1, "one line for the round:\n{log}");
+    assert_eq!(late[0]["level"], "WARN");
+    assert_eq!(late[0]["fields"]["late"], holds, "{}", late[0]);
+    assert_eq!(late[0]["fields"]["released"], holds, "{}", late[0]);
+    let sample = |name: &str| crate::ops::sample(&text, name, &[]);
+    assert_eq!(
+        sample("ledger_hold_release_lag_seconds_count"),
+        f64::from(holds),
+        "{text}"
+    );
+    assert!(
+        sample("ledger_hold_release_lag_seconds_sum") > f64::from(holds) * 1.0,
+        "each over a second late: {text}"
+    );
+    assert_eq!(
+        sample("ledger_hold_releases_late_total"),
+        f64::from(holds),
+        "{text}"
+    );
+}
+
+#[tokio::test]
 async fn a_release_names_the_hold_it_closes_whether_a_void_or_the_ledgers_expiry_made_it() {
     let mut t = funded("50.00").await;
     let h1 = posted(&mut t.client, hold("h1", "acct:0", "acct:1", "5.00")).await;
