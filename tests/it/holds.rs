@@ -949,6 +949,18 @@ fn cut(r: Option<prost_types::Timestamp>, e: Option<prost_types::Timestamp>) -> 
     })
 }
 
+/// The held debits and credits of the trial balance of `acct:` at the cut-off (one currency).
+async fn held_in_the_trial_balance(t: &mut TestLedger, at: pb::AsOf) -> [String; 2] {
+    let req = pb::ListBalancesRequest {
+        prefix: "acct:".into(),
+        as_of: Some(at),
+        ..Default::default()
+    };
+    let trial = t.client.list_balances(req).await.unwrap().into_inner();
+    let eur = &trial.totals[0];
+    [eur.held_debits.clone(), eur.held_credits.clone()]
+}
+
 #[tokio::test]
 async fn an_expired_hold_reads_expired_and_holds_nothing_on_both_clocks_before_its_release_is_recorded(
 ) {
@@ -984,20 +996,9 @@ async fn an_expired_hold_reads_expired_and_holds_nothing_on_both_clocks_before_i
         ["0.00", "0.00", "0.00", "0.00"]
     );
     let later = b.as_of.unwrap();
-    let trial = t
-        .client
-        .list_balances(pb::ListBalancesRequest {
-            prefix: "acct:".into(),
-            as_of: Some(later),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let eur = &trial.totals[0];
     assert_eq!(
-        (eur.held_debits.as_str(), eur.held_credits.as_str()),
-        ("0.00", "0.00")
+        held_in_the_trial_balance(&mut t, later).await,
+        ["0.00", "0.00"]
     );
     // At a cut-off the expiry counts once both clocks have passed it: recorded before it, or
     // effective before it, the hold was pending and held.
@@ -1095,6 +1096,18 @@ async fn what_an_expired_hold_held_may_be_spent_before_its_release_is_recorded()
     assert!(ok, "{report}");
 }
 
+/// The lines of a JSON log whose message names `what`.
+fn lines_naming(log: &str, what: &str) -> Vec<serde_json::Value> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| {
+            v["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(what))
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn late_releases_log_one_line_per_round_with_counts_and_their_lag_is_a_metric() {
     let url = pg::shared_cluster().fresh_database().await;
@@ -1140,15 +1153,7 @@ async fn late_releases_log_one_line_per_round_with_counts_and_their_lag_is_a_met
         .unwrap();
     let log = std::fs::read_to_string(&log_path).unwrap();
     let _ = std::fs::remove_file(&log_path);
-    let late: Vec<serde_json::Value> = log
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| {
-            v["fields"]["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("HOLD_EXPIRY_LAG_MAX"))
-        })
-        .collect();
+    let late = lines_naming(&log, "HOLD_EXPIRY_LAG_MAX");
     assert_eq!(late.len(), 1, "one line for the round:\n{log}");
     assert_eq!(late[0]["level"], "WARN");
     assert_eq!(late[0]["fields"]["late"], holds, "{}", late[0]);
