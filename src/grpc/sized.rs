@@ -159,6 +159,7 @@ mod tests {
                     uuid::Uuid::now_v7(),
                     crate::domain::record::CloseKind::Capture,
                 )),
+                lapsed: false,
             }),
             closes: None,
         };
