@@ -4,10 +4,15 @@
 //! An event is a protobuf `ledger.v1.PostingEvent`; its `Nats-Msg-Id` header is the posting id.
 //! Acknowledge an event only after your own side effect is durable; a redelivered event has the
 //! same posting id and sequence, so de-duplicate by them.
+//!
+//! Not every posting moves money: a posting's `kind` says what it is. A hold reserves its legs
+//! and moves nothing until its capture (which moves what it captures); its release (a void of
+//! it) and its expiry (the ledger's release) move nothing either and name the hold in
+//! `releases_hold_posting_id`. Each line says so.
 
 use async_nats::jetstream::{self, consumer::pull};
 use futures_util::StreamExt;
-use ledger_server::grpc::pb::PostingEvent;
+use ledger_server::grpc::pb::{Posting, PostingEvent, PostingKind};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -37,24 +42,126 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         let msg = msg?;
         let event: PostingEvent = prost::Message::decode(msg.payload.as_ref())?;
         let p = event.posting.ok_or("an event without a posting")?;
-        let legs: Vec<String> = p
-            .legs
-            .iter()
-            .map(|l| format!("{} {:?} {}", l.account, l.direction(), l.amount))
-            .collect();
-        println!(
-            "#{} {} key={} {}{}",
-            p.sequence,
-            p.posting_id,
-            p.idempotency_key,
-            legs.join(", "),
-            if p.voids_posting_id.is_empty() {
-                String::new()
-            } else {
-                format!(" (voids {})", p.voids_posting_id)
-            }
-        );
+        println!("{}", line(&p));
         msg.ack().await?;
     }
     Ok(())
+}
+
+/// One event as a line: sequence, id, what the posting is, its key, its legs, and what it
+/// does with them (moves them or not, and the posting or hold it acts on).
+fn line(p: &Posting) -> String {
+    let kind = p.kind();
+    let what = match kind {
+        PostingKind::Posting => "posting",
+        PostingKind::Hold => "hold",
+        PostingKind::Capture => "capture",
+        PostingKind::Release => "release",
+        PostingKind::Expiry => "expiry",
+        PostingKind::Void => "void",
+        PostingKind::Unspecified => "posting of a kind this consumer does not know",
+    };
+    let legs: Vec<String> = p
+        .legs
+        .iter()
+        .map(|l| format!("{} {:?} {}", l.account, l.direction(), l.amount))
+        .collect();
+    let mut notes: Vec<String> = Vec::new();
+    match kind {
+        PostingKind::Hold => notes.push(match &p.hold_expires_at {
+            Some(t) => format!("held, not moved, until captured, released or {t}"),
+            None => "held, not moved, until captured or released".into(),
+        }),
+        PostingKind::Capture => notes.push(format!("captures hold {}", p.captures_hold_posting_id)),
+        PostingKind::Release => notes.push(format!(
+            "moves nothing: releases hold {}",
+            p.releases_hold_posting_id
+        )),
+        PostingKind::Expiry => notes.push(format!(
+            "moves nothing: hold {} expired",
+            p.releases_hold_posting_id
+        )),
+        PostingKind::Void => notes.push(format!("voids {}", p.voids_posting_id)),
+        PostingKind::Posting | PostingKind::Unspecified => {}
+    }
+    let notes = if notes.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", notes.join("; "))
+    };
+    format!(
+        "#{} {} {what} key={} {}{notes}",
+        p.sequence,
+        p.posting_id,
+        p.idempotency_key,
+        legs.join(", ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ledger_server::grpc::pb::{Direction, Leg};
+
+    fn posting(kind: PostingKind) -> Posting {
+        let leg = |account: &str, d: Direction| Leg {
+            account: account.into(),
+            direction: d as i32,
+            amount: "5.00".into(),
+        };
+        Posting {
+            posting_id: "p".into(),
+            sequence: 7,
+            idempotency_key: "k".into(),
+            legs: vec![leg("a", Direction::Debit), leg("b", Direction::Credit)],
+            kind: kind as i32,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn each_line_says_what_the_posting_is_and_whether_it_moves_money() {
+        let cases = [
+            (
+                posting(PostingKind::Posting),
+                "#7 p posting key=k a Debit 5.00, b Credit 5.00",
+            ),
+            (
+                posting(PostingKind::Hold),
+                "#7 p hold key=k a Debit 5.00, b Credit 5.00 (held, not moved, until captured or released)",
+            ),
+            (
+                Posting {
+                    captures_hold_posting_id: "h".into(),
+                    ..posting(PostingKind::Capture)
+                },
+                "#7 p capture key=k a Debit 5.00, b Credit 5.00 (captures hold h)",
+            ),
+            (
+                Posting {
+                    releases_hold_posting_id: "h".into(),
+                    voids_posting_id: "h".into(),
+                    ..posting(PostingKind::Release)
+                },
+                "#7 p release key=k a Debit 5.00, b Credit 5.00 (moves nothing: releases hold h)",
+            ),
+            (
+                Posting {
+                    releases_hold_posting_id: "h".into(),
+                    ..posting(PostingKind::Expiry)
+                },
+                "#7 p expiry key=k a Debit 5.00, b Credit 5.00 (moves nothing: hold h expired)",
+            ),
+            (
+                Posting {
+                    voids_posting_id: "q".into(),
+                    ..posting(PostingKind::Void)
+                },
+                "#7 p void key=k a Debit 5.00, b Credit 5.00 (voids q)",
+            ),
+        ];
+        for (p, want) in cases {
+            assert_eq!(line(&p), want);
+        }
+    }
 }

@@ -171,5 +171,6 @@ fn snapshot(accounts: &HashMap<String, Account>, requests: &[WriteRequest]) -> S
         targets: HashMap::new(),
         corrupt_accounts: HashMap::new(),
         corrupt_targets: HashMap::new(),
+        expiring: Vec::new(),
     }
 }

@@ -1,7 +1,8 @@
-//! How the client tools print the ledger's answers: `table` for people (aligned columns, or
-//! one `field: value` line each for a single record), `json` for programs, in the proto3 JSON
-//! mapping that grpcurl prints (lowerCamelCase names, 64-bit integers and enums as strings,
-//! times in RFC 3339, default values included).
+//! How the client tools print the ledger's answers: `table` for people (aligned columns for a
+//! list; for a single record a line per field it has, its name then its value, aligned, nested
+//! names flattened, unset fields left out), `json` for programs, in the proto3 JSON mapping
+//! that grpcurl prints (lowerCamelCase names, 64-bit integers and enums as strings, times in
+//! RFC 3339, default values included).
 
 use super::show_ts;
 use ledger_server::grpc::pb;
@@ -11,7 +12,8 @@ use std::fmt::Write as _;
 /// How to print.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Format {
-    /// For people: aligned columns, or one `field: value` line each.
+    /// For people: aligned columns for a list; for one record, a line per field it has (its
+    /// name, then its value; unset fields left out).
     #[default]
     Table,
     /// For programs: one JSON object (proto3 JSON names, as grpcurl prints them).
@@ -67,6 +69,8 @@ pub fn posting_json(p: &pb::Posting) -> Value {
         "capturedByPostingId": p.captured_by_posting_id,
         "releasedByPostingId": p.released_by_posting_id,
         "capturesHoldPostingId": p.captures_hold_posting_id,
+        "releasesHoldPostingId": p.releases_hold_posting_id,
+        "kind": pb::PostingKind::try_from(p.kind).map_or("POSTING_KIND_UNSPECIFIED", |k| k.as_str_name()),
     })
 }
 
@@ -94,7 +98,8 @@ pub fn with(mut v: Value, key: &str, value: Value) -> Value {
     v
 }
 
-/// A single record as `field: value` lines, nested values flattened (`legs[0].amount`).
+/// A single record as lines of a field's name and value, aligned, nested values flattened
+/// (`legs[0].amount`); only the fields it has ([`shown`]).
 pub fn fields(v: &Value) -> String {
     let mut out = String::new();
     let mut lines: Vec<(String, String)> = Vec::new();
@@ -115,21 +120,38 @@ fn flatten(name: &str, v: &Value, out: &mut Vec<(String, String)>) {
         }
     };
     match v {
-        Value::Object(m) if !m.is_empty() => {
-            for (k, v) in m {
+        Value::Object(m) => {
+            for (k, v) in m.iter().filter(|(k, v)| shown(k, v)) {
                 flatten(&join(k), v, out);
             }
         }
-        Value::Object(_) => out.push((name.to_owned(), "{}".into())),
-        Value::Array(a) if !a.is_empty() => {
+        Value::Array(a) => {
             for (i, item) in a.iter().enumerate() {
                 flatten(&format!("{name}[{i}]"), item, out);
             }
         }
-        Value::Array(_) => out.push((name.to_owned(), "[]".into())),
         Value::String(s) => out.push((name.to_owned(), s.clone())),
         other => out.push((name.to_owned(), other.to_string())),
     }
+}
+
+/// Whether a record's field gets a line: not when it is unset (an empty text, map or list,
+/// an enum left `…_UNSPECIFIED`, a null), nor a posting's `hold: false`, which its `kind`
+/// already says.
+fn shown(name: &str, v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::String(s) => !s.is_empty() && !is_unspecified(s),
+        Value::Object(m) => !m.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Bool(false) => name != "hold",
+        _ => true,
+    }
+}
+
+/// An enum value left unset in the proto3 JSON mapping (`HOLD_STATUS_UNSPECIFIED`).
+fn is_unspecified(s: &str) -> bool {
+    s.ends_with("_UNSPECIFIED") && s.chars().all(|c| c.is_ascii_uppercase() || c == '_')
 }
 
 /// Rows as aligned columns, the first row being the header.
@@ -171,16 +193,26 @@ mod tests {
     #[test]
     fn a_record_prints_as_aligned_field_lines_with_nested_values_flattened() {
         let v = json!({ "a": "1", "legs": [{ "x": "y" }], "m": {}, "n": 5 });
-        assert_eq!(
-            fields(&v),
-            "a          1\nlegs[0].x  y\nm          {}\nn          5\n"
-        );
+        assert_eq!(fields(&v), "a          1\nlegs[0].x  y\nn          5\n");
         assert_eq!(
             columns(&[
                 vec!["A".into(), "BB".into()],
                 vec!["ccc".into(), "d".into()]
             ]),
             "A    BB\nccc  d\n"
+        );
+    }
+
+    #[test]
+    fn a_record_leaves_out_what_is_unset_and_a_postings_hold_false() {
+        let v = json!({
+            "p": { "memo": "", "metadata": {}, "legs": [], "hold": false, "holdStatus": "HOLD_STATUS_UNSPECIFIED",
+                   "kind": "POSTING_KIND_POSTING", "sequence": "3" },
+            "replayed": false, "allowNegative": false, "none": null,
+        });
+        assert_eq!(
+            fields(&v),
+            "p.kind         POSTING_KIND_POSTING\np.sequence     3\nreplayed       false\nallowNegative  false\n"
         );
     }
 }

@@ -35,6 +35,10 @@ async fn ledger_check_passes_on_a_sound_ledger_and_fails_on_each_corruption() {
             "UPDATE postings SET recorded_at = '2000-01-01' WHERE sequence = 3",
             "recorded_at strictly increases",
         ),
+        (
+            "INSERT INTO expiring_holds VALUES (2, now(), gen_random_uuid(), 0, 'D', 1)",
+            "the index of expiring holds lists exactly",
+        ),
     ];
     for (sql, invariant) in corruptions {
         let mut t = TestLedger::start().await;

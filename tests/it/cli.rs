@@ -880,3 +880,88 @@ async fn ledger_help_lists_the_client_commands_apart_from_the_server_operations_
         ["bench", "bench-as-of", "bench-writer", "bench-decide"]
     );
 }
+
+/// A table's record lines as (name, value): each line is a name, two spaces or more, a value.
+fn record_lines(out: &Output) -> Vec<(String, String)> {
+    assert!(out.status.success(), "{}", stderr(out));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let (name, value) = l
+                .split_once("  ")
+                .unwrap_or_else(|| panic!("not a name and a value: {l:?}"));
+            (name.to_owned(), value.trim_start().to_owned())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn table_output_shows_what_a_posting_is_and_only_the_fields_it_has_as_help_says() {
+    let mut t = TestLedger::start().await;
+    t.standard_accounts(2).await;
+    t.post(transfer("fund", "equity:world", "acct:0", "50.00"))
+        .await
+        .unwrap();
+    let s = t.server.as_ref().unwrap().local_addr.to_string();
+    let legs = ["acct:1:debit:2.00", "acct:0:credit:2.00"];
+    let post = |key: &'static str, hold: bool| {
+        let mut a = vec!["post", "--key", key];
+        if hold {
+            a.push("--hold");
+        }
+        a.extend(legs);
+        a
+    };
+    let value = |lines: &[(String, String)], name: &str| {
+        lines
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+    };
+    let plain = record_lines(&ledger(&post("p", false), &s).await);
+    let hold = record_lines(&ledger(&post("h", true), &s).await);
+    let id = value(&hold, "posting.postingId").unwrap();
+    let release = record_lines(&ledger(&["void", &id, "--key", "r"], &s).await);
+    for (what, lines) in [("plain", &plain), ("hold", &hold), ("release", &release)] {
+        assert!(
+            lines
+                .iter()
+                .all(|(n, v)| !n.is_empty() && !v.is_empty() && !v.ends_with("UNSPECIFIED")),
+            "{what}: only fields that are set: {lines:?}"
+        );
+    }
+    assert_eq!(
+        value(&plain, "posting.kind").as_deref(),
+        Some("POSTING_KIND_POSTING")
+    );
+    for absent in [
+        "posting.voidsPostingId",
+        "posting.holdStatus",
+        "posting.hold",
+        "posting.memo",
+    ] {
+        assert_eq!(value(&plain, absent), None, "{absent}: {plain:?}");
+    }
+    assert_eq!(
+        (
+            value(&hold, "posting.kind").as_deref(),
+            value(&hold, "posting.holdStatus").as_deref()
+        ),
+        (Some("POSTING_KIND_HOLD"), Some("HOLD_STATUS_PENDING"))
+    );
+    assert_eq!(
+        (
+            value(&release, "posting.kind").as_deref(),
+            value(&release, "posting.releasesHoldPostingId")
+        ),
+        (Some("POSTING_KIND_RELEASE"), Some(id.clone()))
+    );
+    assert_eq!(value(&release, "replayed").as_deref(), Some("false"));
+    // The help says what the output is.
+    let help = ledger_env(&["posting", "get", "--help"], &[]).await;
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        !help.contains("field: value") && help.contains("a line per field it has"),
+        "{help}"
+    );
+}

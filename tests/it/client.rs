@@ -560,6 +560,59 @@ async fn a_hold_through_the_client_reserves_funds_and_a_partial_capture_posts_pa
     assert!(!again.is_retry_safe());
 }
 
+#[tokio::test]
+async fn the_client_tells_what_each_posting_is_and_which_hold_a_release_closes() {
+    use ledger_client::{NewCapture, NewVoid, PostingKind};
+    let t = TestLedger::start().await;
+    let addr = t.server.as_ref().unwrap().local_addr.to_string();
+    let client = Client::connect(ClientOptions::new(&addr)).await.unwrap();
+    for a in [
+        new_account("equity:world", 2, NormalBalance::Credit, true),
+        new_account("acct:card", 2, NormalBalance::Debit, false),
+    ] {
+        client.create_account(a).await.unwrap();
+    }
+    let post = |key: &str| {
+        NewPosting::new(key)
+            .debit("acct:card", dec("10.00"))
+            .credit("equity:world", dec("10.00"))
+    };
+    let fund = client.post(post("fund")).await.unwrap().posting;
+    let hold = client.post(post("h").hold(None)).await.unwrap().posting;
+    let capture = client
+        .capture(NewCapture::new("c", &hold.posting_id))
+        .await
+        .unwrap()
+        .posting;
+    let void_of = |key: &str, id: &str| NewVoid {
+        idempotency_key: key.into(),
+        posting_id: id.into(),
+        reason: String::new(),
+        effective_at: None,
+    };
+    let void = client
+        .void(void_of("v", &capture.posting_id))
+        .await
+        .unwrap();
+    let hold2 = client.post(post("h2").hold(None)).await.unwrap().posting;
+    let release = client.void(void_of("r", &hold2.posting_id)).await.unwrap();
+    assert_eq!(
+        [&fund, &hold, &capture, &void.posting, &release.posting].map(|p| p.kind),
+        [
+            PostingKind::Posting,
+            PostingKind::Hold,
+            PostingKind::Capture,
+            PostingKind::Void,
+            PostingKind::Release
+        ]
+    );
+    assert_eq!(
+        release.posting.releases_hold_posting_id.as_deref(),
+        Some(hold2.posting_id.as_str())
+    );
+    assert_eq!(void.posting.releases_hold_posting_id, None);
+}
+
 #[test]
 fn the_client_knows_every_reason_the_ledger_can_answer_and_no_other() {
     let ledger: Vec<&str> = ledger_core::error::ALL_REASONS

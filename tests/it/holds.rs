@@ -588,12 +588,12 @@ async fn concurrent_holds_never_reserve_more_than_the_available_balance() {
     );
 }
 
-/// Waits for the hold to be released by the ledger; its release posting.
+/// Waits for the ledger to record the release of the expired hold; its release posting.
 async fn released(c: &mut Client, hold: &str, within: StdDuration) -> pb::Posting {
     let began = std::time::Instant::now();
     loop {
         let h = get(c, hold, None).await.unwrap();
-        if status(&h) == pb::HoldStatus::Expired {
+        if status(&h) == pb::HoldStatus::Expired && !h.released_by_posting_id.is_empty() {
             return get(c, &h.released_by_posting_id, None).await.unwrap();
         }
         assert!(
@@ -695,8 +695,8 @@ async fn a_capture_or_release_after_the_expiry_time_is_refused_before_the_releas
         2,
         "both refusals are bound to their keys"
     );
-    // Still held until the ledger records the release.
-    assert_eq!(t.balance("acct:0", None).await.held_credits, "20.00");
+    // Past its expiry it holds nothing, before the ledger records its release.
+    assert_eq!(t.balance("acct:0", None).await.held_credits, "0.00");
     // A hold must expire after now.
     let past = OffsetDateTime::now_utc() - Duration::seconds(1);
     let e = post(
@@ -939,4 +939,347 @@ async fn twenty_copies_of_one_capture_racing_make_one_capture_and_nineteen_repla
         "every copy answers the same posting"
     );
     assert_eq!(t.count("postings").await, 3);
+}
+
+/// A cut-off of the recorded time `r` and the effective time `e` (either may be absent).
+fn cut(r: Option<prost_types::Timestamp>, e: Option<prost_types::Timestamp>) -> Option<pb::AsOf> {
+    Some(pb::AsOf {
+        recorded_at: r,
+        effective_at: e,
+    })
+}
+
+/// The held debits and credits of the trial balance of `acct:` at the cut-off (one currency).
+async fn held_in_the_trial_balance(t: &mut TestLedger, at: pb::AsOf) -> [String; 2] {
+    let req = pb::ListBalancesRequest {
+        prefix: "acct:".into(),
+        as_of: Some(at),
+        ..Default::default()
+    };
+    let trial = t.client.list_balances(req).await.unwrap().into_inner();
+    let eur = &trial.totals[0];
+    [eur.held_debits.clone(), eur.held_credits.clone()]
+}
+
+#[tokio::test]
+async fn an_expired_hold_reads_expired_and_holds_nothing_on_both_clocks_before_its_release_is_recorded(
+) {
+    let url = pg::shared_cluster().fresh_database().await;
+    let mut t = without_expiry_task(url.clone()).await;
+    t.standard_accounts(2).await;
+    t.post(transfer("fund", "equity:world", "acct:0", "50.00"))
+        .await
+        .unwrap();
+    let until = OffsetDateTime::now_utc() + Duration::milliseconds(400);
+    let h = posted(
+        &mut t.client,
+        hold_until("h", "acct:0", "acct:1", "20.00", until),
+    )
+    .await;
+    let open = t.balance("acct:0", None).await;
+    assert_eq!(money(&open), ["50.00", "0.00", "20.00", "30.00"]);
+    let open = open.as_of.unwrap().recorded_at;
+    tokio::time::sleep(StdDuration::from_millis(600)).await;
+    let releases = "SELECT count(*) FROM postings WHERE close_kind = 'expire'";
+    assert_eq!(count(&t, releases).await, 0, "no release recorded yet");
+    // Now: expired, nothing held, on the hold and on both of its accounts.
+    let now = get(&mut t.client, &h.posting_id, None).await.unwrap();
+    assert_eq!(
+        (status(&now), now.released_by_posting_id.as_str()),
+        (pb::HoldStatus::Expired, ""),
+        "expired, its release not recorded yet"
+    );
+    let b = t.balance("acct:0", None).await;
+    assert_eq!(money(&b), ["50.00", "0.00", "0.00", "50.00"]);
+    assert_eq!(
+        money(&t.balance("acct:1", None).await),
+        ["0.00", "0.00", "0.00", "0.00"]
+    );
+    let later = b.as_of.unwrap();
+    assert_eq!(
+        held_in_the_trial_balance(&mut t, later).await,
+        ["0.00", "0.00"]
+    );
+    // At a cut-off the expiry counts once both clocks have passed it: recorded before it, or
+    // effective before it, the hold was pending and held.
+    let before_expiry = Some(ts(until - Duration::milliseconds(1)));
+    for (r, e, want, held) in [
+        (open, None, pb::HoldStatus::Pending, "20.00"),
+        (
+            later.recorded_at,
+            before_expiry,
+            pb::HoldStatus::Pending,
+            "20.00",
+        ),
+        (
+            later.recorded_at,
+            Some(ts(until)),
+            pb::HoldStatus::Expired,
+            "0.00",
+        ),
+        (later.recorded_at, None, pb::HoldStatus::Expired, "0.00"),
+    ] {
+        let then = get(&mut t.client, &h.posting_id, cut(r, e)).await.unwrap();
+        let b = t.balance("acct:0", cut(r, e)).await;
+        assert_eq!(
+            (status(&then), b.held_credits.as_str()),
+            (want, held),
+            "{r:?} {e:?}"
+        );
+    }
+    // The release, recorded when a server with the expiry task starts, changes no answer given.
+    t.server.take().unwrap().shutdown().await.unwrap();
+    let mut t = TestLedger::on_database(url.clone()).await;
+    let now = get(&mut t.client, &h.posting_id, None).await.unwrap();
+    assert_eq!(status(&now), pb::HoldStatus::Expired);
+    assert!(!now.released_by_posting_id.is_empty(), "released now");
+    assert_eq!(t.balance("acct:0", Some(later)).await, b, "the same answer");
+    let then = get(&mut t.client, &h.posting_id, Some(later))
+        .await
+        .unwrap();
+    assert_eq!(
+        (status(&then), then.released_by_posting_id.as_str()),
+        (pb::HoldStatus::Expired, ""),
+        "at that cut-off the release was not recorded yet"
+    );
+    let (ok, report) = crate::faults::ledger_check(&url).await;
+    assert!(ok, "{report}");
+}
+
+#[tokio::test]
+async fn what_an_expired_hold_held_may_be_spent_before_its_release_is_recorded() {
+    let url = pg::shared_cluster().fresh_database().await;
+    let mut t = without_expiry_task(url.clone()).await;
+    t.standard_accounts(2).await;
+    t.post(transfer("fund", "equity:world", "acct:0", "50.00"))
+        .await
+        .unwrap();
+    let until = OffsetDateTime::now_utc() + Duration::milliseconds(300);
+    posted(
+        &mut t.client,
+        hold_until("h", "acct:0", "acct:1", "20.00", until),
+    )
+    .await;
+    let e = post(
+        &mut t.client,
+        transfer("early", "acct:0", "acct:1", "45.00"),
+    )
+    .await
+    .unwrap_err();
+    assert_error(&e, Code::FailedPrecondition, "INSUFFICIENT_FUNDS");
+    tokio::time::sleep(StdDuration::from_millis(500)).await;
+    let pay = post(&mut t.client, transfer("pay", "acct:0", "acct:1", "45.00"))
+        .await
+        .expect("the expired hold holds nothing for the funds rule");
+    assert!(!pay.replayed);
+    let releases = "SELECT count(*) FROM postings WHERE close_kind = 'expire'";
+    assert_eq!(
+        count(&t, releases).await,
+        0,
+        "its release is not recorded yet"
+    );
+    let e = post(&mut t.client, transfer("more", "acct:0", "acct:1", "5.01"))
+        .await
+        .unwrap_err();
+    assert_error(&e, Code::FailedPrecondition, "INSUFFICIENT_FUNDS");
+    let (ok, report) = crate::faults::ledger_check(&url).await;
+    assert!(ok, "before the release is recorded: {report}");
+    // The release is still recorded (here at start-up), and the books agree.
+    t.server.take().unwrap().shutdown().await.unwrap();
+    let mut t = TestLedger::on_database(url.clone()).await;
+    assert_eq!(count(&t, releases).await, 1);
+    assert_eq!(
+        money(&t.balance("acct:0", None).await),
+        ["5.00", "0.00", "0.00", "5.00"]
+    );
+    let (ok, report) = crate::faults::ledger_check(&url).await;
+    assert!(ok, "{report}");
+}
+
+/// The lines of a JSON log whose message names `what`.
+fn lines_naming(log: &str, what: &str) -> Vec<serde_json::Value> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| {
+            v["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(what))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn late_releases_log_one_line_per_round_with_counts_and_their_lag_is_a_metric() {
+    let url = pg::shared_cluster().fresh_database().await;
+    let mut t = without_expiry_task(url.clone()).await;
+    t.standard_accounts(2).await;
+    t.post(transfer("fund", "equity:world", "acct:0", "50.00"))
+        .await
+        .unwrap();
+    let until = OffsetDateTime::now_utc() + Duration::milliseconds(500);
+    let holds = 40;
+    let requests = (0..holds)
+        .map(|i| hold_until(&format!("h{i}"), "acct:0", "acct:1", "0.50", until))
+        .collect();
+    let results = t
+        .client
+        .post_batch(pb::PostBatchRequest { requests })
+        .await
+        .unwrap()
+        .into_inner()
+        .results;
+    assert!(results
+        .iter()
+        .all(|r| matches!(r.outcome, Some(pb::post_batch_result::Outcome::Response(_)))));
+    t.server.take().unwrap().shutdown().await.unwrap();
+    // Stopped past the expiry and the lag bound: every release comes late, at start-up.
+    let wait = until + Duration::milliseconds(1500) - OffsetDateTime::now_utc();
+    tokio::time::sleep(wait.try_into().unwrap()).await;
+    let log_path = std::env::temp_dir().join(format!("ledger-late-{}.log", uuid::Uuid::now_v7()));
+    let metrics: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let (mut child, _channel) = crate::ops::spawn_server(
+        &url,
+        &["--metrics-listen", &metrics.to_string()],
+        &[("LEDGER_LOG", "warn"), ("LEDGER_LOG_FORMAT", "json")],
+        Some(std::fs::File::create(&log_path).unwrap()),
+    )
+    .await;
+    let text = crate::ops::scrape(metrics).await;
+    let pid = child.id().unwrap() as i32;
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    tokio::time::timeout(StdDuration::from_secs(15), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    let _ = std::fs::remove_file(&log_path);
+    let late = lines_naming(&log, "HOLD_EXPIRY_LAG_MAX");
+    assert_eq!(late.len(), 1, "one line for the round:\n{log}");
+    assert_eq!(late[0]["level"], "WARN");
+    assert_eq!(late[0]["fields"]["late"], holds, "{}", late[0]);
+    assert_eq!(late[0]["fields"]["released"], holds, "{}", late[0]);
+    let sample = |name: &str| crate::ops::sample(&text, name, &[]);
+    assert_eq!(
+        sample("ledger_hold_release_lag_seconds_count"),
+        f64::from(holds),
+        "{text}"
+    );
+    assert!(
+        sample("ledger_hold_release_lag_seconds_sum") > f64::from(holds) * 1.0,
+        "each over a second late: {text}"
+    );
+    assert_eq!(
+        sample("ledger_hold_releases_late_total"),
+        f64::from(holds),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_release_names_the_hold_it_closes_whether_a_void_or_the_ledgers_expiry_made_it() {
+    let mut t = funded("50.00").await;
+    let h1 = posted(&mut t.client, hold("h1", "acct:0", "acct:1", "5.00")).await;
+    let r = void(&mut t.client, "r", &h1.posting_id)
+        .await
+        .unwrap()
+        .posting
+        .unwrap();
+    assert_eq!(
+        (
+            r.releases_hold_posting_id.as_str(),
+            r.voids_posting_id.as_str()
+        ),
+        (h1.posting_id.as_str(), h1.posting_id.as_str())
+    );
+    let until = OffsetDateTime::now_utc() + Duration::milliseconds(300);
+    let h2 = posted(
+        &mut t.client,
+        hold_until("h2", "acct:0", "acct:1", "5.00", until),
+    )
+    .await;
+    let x = released(&mut t.client, &h2.posting_id, StdDuration::from_secs(5)).await;
+    assert_eq!(
+        (
+            x.releases_hold_posting_id.as_str(),
+            x.voids_posting_id.as_str()
+        ),
+        (h2.posting_id.as_str(), ""),
+        "an expiry release is no void, and names its hold"
+    );
+    // A capture and a plain posting release nothing.
+    let h3 = posted(&mut t.client, hold("h3", "acct:0", "acct:1", "5.00")).await;
+    let c = captured(&mut t.client, "c", &h3.posting_id, vec![]).await;
+    assert_eq!(c.releases_hold_posting_id, "");
+    assert_eq!(h3.releases_hold_posting_id, "");
+}
+
+fn kind(p: &pb::Posting) -> pb::PostingKind {
+    pb::PostingKind::try_from(p.kind).unwrap()
+}
+
+#[tokio::test]
+async fn every_posting_says_what_it_is_in_each_answer_and_in_list_postings() {
+    use pb::PostingKind as K;
+    let mut t = funded("50.00").await;
+    let h1 = posted(&mut t.client, hold("h1", "acct:0", "acct:1", "5.00")).await;
+    let c = captured(&mut t.client, "c", &h1.posting_id, vec![]).await;
+    let v = void(&mut t.client, "v", &c.posting_id)
+        .await
+        .unwrap()
+        .posting
+        .unwrap();
+    let h2 = posted(&mut t.client, hold("h2", "acct:0", "acct:1", "5.00")).await;
+    let r = void(&mut t.client, "r", &h2.posting_id)
+        .await
+        .unwrap()
+        .posting
+        .unwrap();
+    let until = OffsetDateTime::now_utc() + Duration::milliseconds(300);
+    let h3 = posted(
+        &mut t.client,
+        hold_until("h3", "acct:0", "acct:1", "5.00", until),
+    )
+    .await;
+    let x = released(&mut t.client, &h3.posting_id, StdDuration::from_secs(5)).await;
+    let answers = [&h1, &c, &v, &h2, &r, &h3, &x].map(kind);
+    assert_eq!(
+        answers,
+        [
+            K::Hold,
+            K::Capture,
+            K::Void,
+            K::Hold,
+            K::Release,
+            K::Hold,
+            K::Expiry
+        ]
+    );
+    let listed: Vec<K> = t
+        .client
+        .list_postings(pb::ListPostingsRequest {
+            account: "acct:0".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .postings
+        .iter()
+        .map(kind)
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            K::Posting,
+            K::Hold,
+            K::Capture,
+            K::Void,
+            K::Hold,
+            K::Release,
+            K::Hold,
+            K::Expiry
+        ]
+    );
+    let again = get(&mut t.client, &c.posting_id, None).await.unwrap();
+    assert_eq!(kind(&again), K::Capture, "GetPosting too");
 }

@@ -391,7 +391,7 @@ async fn the_metrics_endpoint_shows_counts_that_move_with_requests() {
 
 /// Starts the real binary on `url` with extra arguments and environment; waits until it
 /// accepts connections.
-async fn spawn_server(
+pub async fn spawn_server(
     url: &str,
     args: &[&str],
     envs: &[(&str, &str)],

@@ -785,3 +785,96 @@ async fn each_kind_of_hold_posting_reaches_nats_once_and_replays_publish_nothing
         ("ledger", format!("expire:{}", h3.posting_id))
     );
 }
+
+#[tokio::test]
+async fn every_event_says_what_its_posting_is_and_a_release_names_the_hold_it_closes() {
+    use pb::PostingKind as K;
+    let nats = NatsServer::start().await;
+    let mut t = TestLedger::start().await;
+    t.standard_accounts(2).await;
+    let _relay = Relay::start(&t.database_url, &nats.url(), &[], None);
+    t.post(transfer("fund", "equity:world", "acct:0", "50.00"))
+        .await
+        .unwrap();
+    let hold = |key: &str| pb::PostRequest {
+        hold: true,
+        ..transfer(key, "acct:0", "acct:1", "5.00")
+    };
+    let h1 = t.post(hold("h1")).await.unwrap().posting.unwrap();
+    let c = t
+        .client
+        .capture(pb::CaptureRequest {
+            idempotency_key: "c".into(),
+            hold_posting_id: h1.posting_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .posting
+        .unwrap();
+    t.client.void(void("v", &c.posting_id)).await.unwrap();
+    let h2 = t.post(hold("h2")).await.unwrap().posting.unwrap();
+    t.client.void(void("r", &h2.posting_id)).await.unwrap();
+    let soon = time::OffsetDateTime::now_utc() + time::Duration::milliseconds(200);
+    let h3 = t
+        .post(pb::PostRequest {
+            hold_expires_at: Some(ledger_server::grpc::convert::time_to_pb(soon)),
+            ..hold("h3")
+        })
+        .await
+        .unwrap()
+        .posting
+        .unwrap();
+    let began = Instant::now();
+    while t.count("postings").await < 8 {
+        assert!(began.elapsed() < DELIVERY, "hold h3 was not released");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    wait_delivered(&t.database_url, DELIVERY).await;
+    let events = assert_stream_matches_journal(&nats, &t).await;
+    let kinds: Vec<K> = events
+        .iter()
+        .map(|e| K::try_from(e.posting.kind).unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            K::Posting,
+            K::Hold,
+            K::Capture,
+            K::Void,
+            K::Hold,
+            K::Release,
+            K::Hold,
+            K::Expiry
+        ]
+    );
+    let released: Vec<(&str, &str)> = events
+        .iter()
+        .map(|e| {
+            (
+                e.posting.releases_hold_posting_id.as_str(),
+                e.posting.voids_posting_id.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        released[5],
+        (h2.posting_id.as_str(), h2.posting_id.as_str())
+    );
+    assert_eq!(
+        released[7],
+        (h3.posting_id.as_str(), ""),
+        "the expiry's release"
+    );
+    assert!(
+        [0, 1, 2, 3, 4, 6].iter().all(|&i| released[i].0.is_empty()),
+        "only releases name a hold they release: {released:?}"
+    );
+    assert_eq!(
+        events[6].posting.hold_status,
+        pb::HoldStatus::Pending as i32,
+        "the hold as committed, though it has expired by now"
+    );
+}

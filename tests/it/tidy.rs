@@ -355,3 +355,28 @@ fn architecture_md_is_short_and_every_test_it_names_exists() {
          (renamed or removed?): {missing:?}"
     );
 }
+
+/// The contract says which RPCs need the writer role: exactly those the access layer guards.
+#[test]
+fn the_contracts_service_comment_names_every_write_the_writer_role_guards() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let proto = std::fs::read_to_string(root.join("proto/ledger/v1/ledger.proto")).unwrap();
+    let comment = proto
+        .split("service Ledger {")
+        .next()
+        .and_then(|head| head.rsplit("// The ledger.").next())
+        .expect("the service's comment");
+    let named = comment
+        .split_once("Writes (")
+        .and_then(|(_, rest)| rest.split_once(") need the writer role"))
+        .map(|(list, _)| list.replace("\n//", " "))
+        .unwrap_or_else(|| panic!("the service's comment names its writes: {comment}"));
+    let mut named: Vec<&str> = named.split(',').map(str::trim).collect();
+    named.sort_unstable();
+    let mut writes: Vec<&str> = ledger_server::access::METHODS
+        .into_iter()
+        .filter(|m| ledger_server::access::auth::needs_writer(m))
+        .collect();
+    writes.sort_unstable();
+    assert_eq!(named, writes, "{comment}");
+}

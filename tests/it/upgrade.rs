@@ -206,3 +206,57 @@ async fn the_upgrade_to_0008_refuses_a_posting_without_a_claimed_key_and_changes
     .await;
     assert_eq!(column, 0);
 }
+
+#[tokio::test]
+async fn the_upgrade_to_0012_indexes_the_open_holds_with_an_expiry_and_checks_clean() {
+    let mut t = TestLedger::start().await;
+    t.standard_accounts(2).await;
+    t.post(transfer("fund", "equity:world", "acct:0", "50.00"))
+        .await
+        .unwrap();
+    let later = time::OffsetDateTime::now_utc() + time::Duration::hours(1);
+    let hold = |key: &str, expires: bool| ledger_server::grpc::pb::PostRequest {
+        hold: true,
+        hold_expires_at: expires.then(|| ledger_server::grpc::convert::time_to_pb(later)),
+        ..transfer(key, "acct:0", "acct:1", "5.00")
+    };
+    let open = t.post(hold("open", true)).await.unwrap().posting.unwrap();
+    let closed = t.post(hold("closed", true)).await.unwrap().posting.unwrap();
+    t.post(hold("never", false)).await.unwrap();
+    t.client
+        .void(ledger_server::grpc::pb::VoidRequest {
+            idempotency_key: "release".into(),
+            posting_id: closed.posting_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    t.server.take().unwrap().shutdown().await.unwrap();
+    // The ledger as it was before 0012.
+    let mut db = t.db().await;
+    db.batch_execute(
+        "DROP TABLE expiring_holds;
+         DELETE FROM schema_migrations WHERE version = '0012_expiring_holds'",
+    )
+    .await
+    .unwrap();
+    ledger_server::storage::migrate(&t.database_url)
+        .await
+        .unwrap();
+    let rows: Vec<(String, i16)> = db
+        .query(
+            "SELECT hold_posting_id::text, leg_index FROM expiring_holds ORDER BY leg_index",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        rows,
+        [(open.posting_id.clone(), 0), (open.posting_id, 1)],
+        "the open hold's legs, not the released one's nor those of a hold that never expires"
+    );
+    assert_checks_clean(&mut db).await;
+}

@@ -78,7 +78,7 @@ pub use rust_decimal::Decimal;
 pub use types::{
     Account, Applied, AsOf, Balance, CurrencyTotal, Direction, Entry, Hold, HoldStatus, Leg,
     Metadata, NewAccount, NewCapture, NewPosting, NewVoid, NormalBalance, Posted, Posting,
-    TrialBalance,
+    PostingKind, TrialBalance,
 };
 
 /// The contract `ledger.v1`: messages and the gRPC client (server stubs with `server`).

@@ -281,10 +281,46 @@ pub struct Posting {
     pub void_reason: Option<String>,
     /// Who recorded it.
     pub caller: String,
+    /// What it is: a plain transfer, a hold, a capture, a release, an expiry or a void.
+    pub kind: PostingKind,
     /// On a hold: its state at the read's cut-off.
     pub hold: Option<Hold>,
     /// On a capture: the hold it captures.
     pub captures_hold_posting_id: Option<String>,
+    /// On a release (a void of a hold, or the ledger's release of an expired hold): the hold
+    /// it closes.
+    pub releases_hold_posting_id: Option<String>,
+}
+
+/// What a posting is: how its legs act on the accounts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PostingKind {
+    /// A plain transfer: its legs move money.
+    Posting,
+    /// A hold: its legs are held, not moved.
+    Hold,
+    /// The capture of a hold: moves what it captures, releases the rest.
+    Capture,
+    /// The release of a hold by a void of it: moves nothing.
+    Release,
+    /// The ledger's release of an expired hold: moves nothing.
+    Expiry,
+    /// The void of a posting that moved money: its legs with directions swapped.
+    Void,
+}
+
+impl PostingKind {
+    fn from_pb(v: i32) -> Result<PostingKind, Error> {
+        match pb::PostingKind::try_from(v) {
+            Ok(pb::PostingKind::Posting) => Ok(PostingKind::Posting),
+            Ok(pb::PostingKind::Hold) => Ok(PostingKind::Hold),
+            Ok(pb::PostingKind::Capture) => Ok(PostingKind::Capture),
+            Ok(pb::PostingKind::Release) => Ok(PostingKind::Release),
+            Ok(pb::PostingKind::Expiry) => Ok(PostingKind::Expiry),
+            Ok(pb::PostingKind::Void) => Ok(PostingKind::Void),
+            Ok(pb::PostingKind::Unspecified) | Err(_) => Err(unexpected("kind", v)),
+        }
+    }
 }
 
 /// Where a hold stands at a read's cut-off.
@@ -341,8 +377,10 @@ impl Posting {
     pub(crate) fn from_pb(mut p: pb::Posting) -> Result<Posting, Error> {
         let hold = Hold::from_pb(&mut p)?;
         Ok(Posting {
+            kind: PostingKind::from_pb(p.kind)?,
             hold,
             captures_hold_posting_id: id(p.captures_hold_posting_id),
+            releases_hold_posting_id: id(p.releases_hold_posting_id),
             legs: p
                 .legs
                 .into_iter()

@@ -8,6 +8,9 @@
 //! the held totals and moves nothing; a capture moves what it captures and takes the whole
 //! hold off the held totals (never refused for funds: they were reserved); a release takes a
 //! hold off the held totals.
+//!
+//! A hold whose expiry time has passed but whose release is not recorded yet is *lapsed*: it
+//! stays in the held totals (they are the journal's) but holds nothing for the funds rule.
 
 use super::account::{Direction, NormalBalance};
 use super::amount::format_minor;
@@ -122,6 +125,9 @@ pub enum Change<'a> {
 pub struct Engine {
     totals: HashMap<i64, Totals>,
     rules: HashMap<i64, Rule>,
+    /// Per account, the (debit, credit) legs of its lapsed holds: in the held totals, not
+    /// held for the funds rule.
+    lapsed: HashMap<i64, (i128, i128)>,
 }
 
 impl Engine {
@@ -140,13 +146,51 @@ impl Engine {
                 "account {} totals negative: {t:?}",
                 rule.code
             );
+            // Its available balance may be below zero while holds that lapsed still count in
+            // its held totals (their releases not recorded yet); its balance never is.
             assert!(
-                rule.allow_negative || t.available(rule.normal_balance) >= 0,
+                rule.allow_negative || t.balance(rule.normal_balance) >= 0,
                 "account {} is below zero though it does not allow it: {t:?}",
                 rule.code
             );
         }
-        Engine { totals, rules }
+        Engine {
+            totals,
+            rules,
+            lapsed: HashMap::new(),
+        }
+    }
+
+    /// A hold's legs (on the batch's accounts) lapse (`sign` 1: its expiry time has passed)
+    /// or stop being lapsed (−1: its release is recorded now, which takes them off the held
+    /// totals). Lapsed amounts never exceed what is held.
+    pub fn lapse(&mut self, legs: &[Leg], sign: i128) {
+        for leg in legs {
+            let held = self.totals(leg.account_id);
+            let l = self.lapsed.entry(leg.account_id).or_default();
+            match leg.direction {
+                Direction::Debit => l.0 += sign * leg.amount.minor(),
+                Direction::Credit => l.1 += sign * leg.amount.minor(),
+            }
+            assert!(
+                (0..=held.held_debits).contains(&l.0) && (0..=held.held_credits).contains(&l.1),
+                "lapsed {l:?} beyond held {held:?} on account {}",
+                leg.account_id
+            );
+        }
+    }
+
+    /// The available balance the funds rule sees: lapsed holds hold nothing.
+    fn available(&self, account_id: i64, t: &Totals) -> i128 {
+        let (d, c) = self.lapsed.get(&account_id).copied().unwrap_or_default();
+        let normal = self.rules[&account_id].normal_balance;
+        available_of(
+            normal,
+            t.debits,
+            t.credits,
+            t.held_debits - d,
+            t.held_credits - c,
+        )
     }
 
     /// Current totals of an account.
@@ -277,27 +321,27 @@ impl Engine {
     fn check_funds(&self, next: &HashMap<i64, Totals>, legs: &[Leg]) -> Result<(), LedgerError> {
         for leg in legs {
             let rule = &self.rules[&leg.account_id];
-            let after = next[&leg.account_id].available(rule.normal_balance);
+            let after = self.available(leg.account_id, &next[&leg.account_id]);
             if !rule.allow_negative && after < 0 {
-                return Err(insufficient(rule, self.totals(leg.account_id), after));
+                let before = self.totals(leg.account_id);
+                let before_available = self.available(leg.account_id, &before);
+                let balance = before.balance(rule.normal_balance);
+                return Err(insufficient(rule, balance, before_available, after));
             }
         }
         Ok(())
     }
 }
 
-/// The refusal of a posting that would take `rule`'s account's available balance below zero.
-fn insufficient(rule: &Rule, before: Totals, after: i128) -> LedgerError {
-    let before_available = before.available(rule.normal_balance);
-    let held = if before_available == before.balance(rule.normal_balance) {
+/// The refusal of a posting that would take `rule`'s account's available balance below zero
+/// (`balance` and `before_available` before it).
+fn insufficient(rule: &Rule, balance: i128, before_available: i128, after: i128) -> LedgerError {
+    let held = if before_available == balance {
         String::new()
     } else {
         format!(
             " ({} {} held by open holds)",
-            format_minor(
-                before.balance(rule.normal_balance) - before_available,
-                rule.scale
-            ),
+            format_minor(balance - before_available, rule.scale),
             rule.currency
         )
     };

@@ -71,9 +71,10 @@ impl WireSize for Posting {
     }
 }
 
-/// A posting's hold fields, at most: the flag, the expiry, the status, and the ids of the
-/// postings that closed it or that it closes.
-const HOLD_FIELDS: usize = 2 * SCALAR + TIMESTAMP + 3 * (FIELD_OVERHEAD + UUID_TEXT);
+/// A posting's kind and hold fields, at most: the kind, the flag, the expiry, the status, and
+/// the ids of the postings that closed it or that it closes (captures or releases; a posting
+/// names at most two of these four).
+const HOLD_FIELDS: usize = 3 * SCALAR + TIMESTAMP + 3 * (FIELD_OVERHEAD + UUID_TEXT);
 
 impl WireSize for Balance {
     fn wire_size(&self) -> usize {

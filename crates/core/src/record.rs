@@ -80,6 +80,16 @@ pub struct Closes {
 pub struct HoldState {
     pub expires_at: Option<OffsetDateTime>,
     pub closed_by: Option<(Uuid, CloseKind)>,
+    /// Its expiry time had passed at the cut-off it was read at (on both clocks, see
+    /// [`expired_by`]) and no capture or void had closed it: it is expired and holds nothing,
+    /// though the ledger's release may not be recorded yet (then `closed_by` is `None`).
+    pub lapsed: bool,
+}
+
+/// Whether a hold expiring at `expires_at` has expired by `at`: at a cut-off (R, E), `at` is
+/// the earlier of R and E; for the writer, the time the request is recorded at.
+pub fn expired_by(expires_at: Option<OffsetDateTime>, at: OffsetDateTime) -> bool {
+    expires_at.is_some_and(|t| t <= at)
 }
 
 /// A hold's state, as the contract names it.
@@ -94,6 +104,7 @@ pub enum HoldStatus {
 impl HoldState {
     pub fn status(&self) -> HoldStatus {
         match self.closed_by {
+            None if self.lapsed => HoldStatus::Expired,
             None => HoldStatus::Pending,
             Some((_, CloseKind::Capture)) => HoldStatus::Captured,
             Some((_, CloseKind::Release)) => HoldStatus::Released,
@@ -102,7 +113,45 @@ impl HoldState {
     }
 }
 
+/// What a posting is, as the contract names it (`PostingKind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PostingKind {
+    /// A plain transfer: its legs move money.
+    Posting,
+    /// A hold: its legs are held, not moved.
+    Hold,
+    /// The capture of a hold.
+    Capture,
+    /// The release of a hold by a void of it.
+    Release,
+    /// The ledger's release of an expired hold.
+    Expiry,
+    /// The void of a posting that moved money.
+    Void,
+}
+
 impl Posting {
+    /// What the posting is, from its own facts (never from later postings).
+    pub fn kind(&self) -> PostingKind {
+        match (self.hold, self.closes, self.voids_posting_id) {
+            (Some(_), _, _) => PostingKind::Hold,
+            (None, Some(c), _) => match c.kind {
+                CloseKind::Capture => PostingKind::Capture,
+                CloseKind::Release => PostingKind::Release,
+                CloseKind::Expire => PostingKind::Expiry,
+            },
+            (None, None, Some(_)) => PostingKind::Void,
+            (None, None, None) => PostingKind::Posting,
+        }
+    }
+
+    /// The hold a release (a void of the hold, or the ledger's release at its expiry) closes.
+    pub fn releases_hold(&self) -> Option<Uuid> {
+        self.closes
+            .filter(|c| c.kind != CloseKind::Capture)
+            .map(|c| c.hold)
+    }
+
     /// The invariants every recorded posting keeps, or the first one it breaks.
     pub fn check_sound(&self) -> Result<(), String> {
         if self.sequence == 0 {

@@ -45,6 +45,12 @@ pub const STANDBY_LAG_SECONDS: &str = "ledger_standby_replay_lag_seconds";
 pub const STANDBY_LAG_SEQUENCES: &str = "ledger_standby_replay_lag_sequences";
 /// 1 while a standby answers its probe and is in recovery, else 0 (gauge).
 pub const STANDBY_UP: &str = "ledger_standby_up";
+/// How late the ledger recorded the release of an expired hold: its recorded time minus the
+/// hold's expiry time (histogram, seconds).
+pub const HOLD_RELEASE_LAG: &str = "ledger_hold_release_lag_seconds";
+/// Releases of expired holds recorded later than `HOLD_EXPIRY_LAG_MAX` after the expiry
+/// (counter).
+pub const HOLD_RELEASES_LATE: &str = "ledger_hold_releases_late_total";
 /// Database pool connections (gauges).
 pub const POOL_MAX: &str = "ledger_db_pool_max_connections";
 pub const POOL_OPEN: &str = "ledger_db_pool_open_connections";
@@ -63,6 +69,10 @@ const LATENCY_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0];
+/// Around the lag bound (`HOLD_EXPIRY_LAG_MAX`, 1 s) and the poll (250 ms), up to a restart.
+const LAG_BUCKETS: &[f64] = &[
+    0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0,
+];
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -80,6 +90,9 @@ pub fn install() -> PrometheusHandle {
                         Matcher::Full(POST_BATCH_REQUESTS.into()),
                         BATCH_BUCKETS,
                     )
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Full(HOLD_RELEASE_LAG.into()), LAG_BUCKETS)
                 })
                 .expect("non-empty buckets")
                 .build_recorder();
@@ -133,6 +146,15 @@ fn describe() {
         "the primary's last sequence minus a standby's replayed one"
     );
     metrics::describe_gauge!(STANDBY_UP, "1 while a standby is usable for as-of reads");
+    metrics::describe_histogram!(
+        HOLD_RELEASE_LAG,
+        metrics::Unit::Seconds,
+        "recorded time of the release of an expired hold minus its expiry time"
+    );
+    metrics::describe_counter!(
+        HOLD_RELEASES_LATE,
+        "releases of expired holds recorded later than HOLD_EXPIRY_LAG_MAX after the expiry"
+    );
     metrics::describe_gauge!(POOL_MAX, "database pool size limit");
     metrics::describe_gauge!(POOL_OPEN, "database connections open in the pool");
     metrics::describe_gauge!(POOL_IN_USE, "database connections lent out");
@@ -171,6 +193,15 @@ pub fn request(method: &'static str, code: Code, elapsed: Duration) {
 /// Records one `PostBatch` call of `requests` requests (refused calls too).
 pub fn post_batch(requests: usize) {
     metrics::histogram!(POST_BATCH_REQUESTS).record(requests as f64);
+}
+
+/// Records the release of an expired hold, recorded `lag` after its expiry (late: beyond
+/// the bound).
+pub fn hold_released(lag: Duration, late: bool) {
+    metrics::histogram!(HOLD_RELEASE_LAG).record(lag.as_secs_f64());
+    if late {
+        metrics::counter!(HOLD_RELEASES_LATE).increment(1);
+    }
 }
 
 /// Records one corrupt journal row met by a request.

@@ -1,18 +1,25 @@
 //! The rules of each kind of request, applied in batch order against the snapshot: posts,
 //! holds, voids (of postings and of holds, which release them), captures, and the ledger's
 //! releases of expired holds.
+//!
+//! Time: each request is decided at the time it would be recorded at (the batch's base time
+//! plus a microsecond per posting before it). A hold whose expiry time has passed by then is
+//! expired for it, its release recorded or not: a capture or void of it is refused, and it
+//! holds nothing for the funds rule (it *lapses*), exactly as a read at a cut-off at that
+//! recorded time (and any effective time after the expiry) shows it.
 
 use super::{
-    Command, FinalTotals, KeyState, Outcome, Plan, PlannedLeg, PlannedPosting, PlannedRejection,
-    Snapshot, WriteRequest,
+    Command, ExpiringHold, FinalTotals, KeyState, Outcome, Plan, PlannedLeg, PlannedPosting,
+    PlannedRejection, Snapshot, WriteRequest,
 };
 use crate::account::Metadata;
-use crate::engine::{Change, Engine, Totals};
+use crate::engine::{Change, Engine, LegEffect, Totals};
 use crate::error::{LedgerError, Reason};
 use crate::hold::{check_expiry, within_hold, HoldTerms, PostingTerms, ValidCapture};
 use crate::posting::{check_balanced, Leg, ValidPost, ValidVoid};
-use crate::record::{rfc3339, CloseKind, Closes, HoldState, PostedLeg, Posting};
-use std::collections::HashMap;
+use crate::record::{expired_by, rfc3339, CloseKind, Closes, HoldState, PostedLeg, Posting};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use time::{Duration, OffsetDateTime};
 use uuid::Uuid;
 
@@ -177,6 +184,7 @@ impl NewPosting {
             hold: self.hold.map(|h| HoldState {
                 expires_at: h.expires_at,
                 closed_by: None,
+                lapsed: false,
             }),
             closes: self.closes,
         }
@@ -205,6 +213,12 @@ pub struct Decider<'a> {
     closed_now: HashMap<Uuid, (Uuid, CloseKind)>,
     /// Accounts the postings touched (money or held), with the last sequence that did.
     touched: HashMap<i64, i64>,
+    /// Open holds with an expiry not lapsed yet, soonest first: (expiry, index in `holds`).
+    due: BinaryHeap<Reverse<(OffsetDateTime, usize)>>,
+    /// Those holds: id, and legs on the batch's accounts.
+    holds: Vec<(Uuid, Vec<Leg>)>,
+    /// Holds that lapsed in this batch (their expiry time passed), with the legs lapsed.
+    lapsed: HashMap<Uuid, Vec<Leg>>,
 }
 
 impl<'a> Decider<'a> {
@@ -214,10 +228,8 @@ impl<'a> Decider<'a> {
             .iter()
             .map(|(&id, a)| ((id, a.totals), (id, a.rule.clone())))
             .unzip();
-        // Strictly after the clock any fenced reader saw, and after the last batch.
-        let tick = Duration::microseconds(1);
-        let base = (s.clock.now + tick).max(s.clock.last_recorded_at + tick);
-        Decider {
+        let base = s.clock.base();
+        let mut d = Decider {
             snapshot: s,
             engine: Engine::new(totals, rules),
             base,
@@ -226,6 +238,62 @@ impl<'a> Decider<'a> {
             voided_now: HashMap::new(),
             closed_now: HashMap::new(),
             touched: HashMap::new(),
+            due: BinaryHeap::new(),
+            holds: Vec::new(),
+            lapsed: HashMap::new(),
+        };
+        for h in &s.expiring {
+            let legs = d.expiring_legs(h);
+            d.expires(h.hold, h.expires_at, legs);
+        }
+        d
+    }
+
+    /// The time the next posting of the batch is recorded at: the request being decided
+    /// is decided then.
+    fn now(&self) -> OffsetDateTime {
+        self.base + Duration::microseconds(self.postings.len() as i64)
+    }
+
+    /// An expiring hold's legs on the batch's accounts (legs on accounts the batch did not
+    /// load are no concern of its funds rule).
+    fn expiring_legs(&self, h: &ExpiringHold) -> Vec<Leg> {
+        h.legs
+            .iter()
+            .filter_map(|l| {
+                let rule = &self.snapshot.accounts.get(&l.account_id)?.rule;
+                Some(Leg {
+                    account_id: l.account_id,
+                    account_code: rule.code.clone(),
+                    currency: rule.currency.clone(),
+                    direction: l.direction,
+                    amount: l.amount,
+                })
+            })
+            .collect()
+    }
+
+    /// An open hold that lapses at `at` if nothing closes it first.
+    fn expires(&mut self, hold: Uuid, at: OffsetDateTime, legs: Vec<Leg>) {
+        self.due.push(Reverse((at, self.holds.len())));
+        self.holds.push((hold, legs));
+    }
+
+    /// Every open hold whose expiry time has passed by [`Decider::now`] lapses: it holds
+    /// nothing for the funds rule from now on.
+    fn lapse_due(&mut self) {
+        let now = self.now();
+        while let Some(&Reverse((at, i))) = self.due.peek() {
+            if !expired_by(Some(at), now) {
+                break;
+            }
+            self.due.pop();
+            let (hold, legs) = std::mem::take(&mut self.holds[i]);
+            if self.closed_now.contains_key(&hold) {
+                continue;
+            }
+            self.engine.lapse(&legs, 1);
+            self.lapsed.insert(hold, legs);
         }
     }
 
@@ -237,6 +305,7 @@ impl<'a> Decider<'a> {
         key_id: i64,
         id: Uuid,
     ) -> Result<Posting, LedgerError> {
+        self.lapse_due();
         let new = match &r.command {
             Command::Post(p) => Ok(NewPosting::of_post(p)),
             Command::Void(v) => self.void(v),
@@ -371,7 +440,9 @@ impl<'a> Decider<'a> {
                 "hold {id} is no longer pending: it was {how} by posting {by}"
             ));
         }
-        let expired = state.expires_at.filter(|t| *t <= self.snapshot.clock.now);
+        let expired = state
+            .expires_at
+            .filter(|&t| expired_by(Some(t), self.now()));
         if let (Some(t), Closing::ByCaller) = (expired, by) {
             return refuse(format!(
                 "hold {id} is no longer pending: it expired at {} (the ledger records its release)",
@@ -408,16 +479,7 @@ impl<'a> Decider<'a> {
         id: Uuid,
         new: NewPosting,
     ) -> Result<Posting, LedgerError> {
-        let change = match &new.effect {
-            Effect::Move => Change::Move(&new.legs),
-            Effect::Hold => Change::Hold(&new.legs),
-            Effect::Capture(held) => Change::Capture {
-                captured: &new.legs,
-                hold: held,
-            },
-            Effect::Release(held) => Change::Release(held),
-        };
-        let effects = self.engine.change(change)?;
+        let effects = self.apply(&new)?;
         check_balanced(&new.legs)
             .unwrap_or_else(|e| panic!("unbalanced posting reached the writer: {e}"));
         let n = self.postings.len() as i64;
@@ -445,15 +507,55 @@ impl<'a> Decider<'a> {
                 after: e.after,
             })
             .collect();
-        let posting = new.into_posting(sequence, id, self.base + Duration::microseconds(n), r);
+        let closes_expiring = new.closes.and_then(|c| {
+            let hold = self.target(c.hold);
+            let at = hold.hold.and_then(|h| h.expires_at)?;
+            Some((
+                at,
+                self.resolved(hold).iter().map(|l| l.account_id).collect(),
+            ))
+        });
+        let opened = new
+            .hold
+            .and_then(|h| h.expires_at)
+            .map(|t| (t, new.legs.clone()));
+        let posting = new.into_posting(sequence, id, self.now(), r);
+        if let Some((at, legs)) = opened {
+            self.expires(posting.posting_id, at, legs);
+        }
         self.remember(&posting);
         self.postings.push(PlannedPosting {
             posting: posting.clone(),
             key_id,
             legs,
             held_accounts,
+            closes_expiring,
         });
         Ok(posting)
+    }
+
+    /// Applies the posting's effect to the totals, whole or not at all. A lapsed hold closed
+    /// now (by its expiry's release) stops being lapsed as it leaves the held totals.
+    fn apply(&mut self, new: &NewPosting) -> Result<Vec<LegEffect>, LedgerError> {
+        let change = match &new.effect {
+            Effect::Move => Change::Move(&new.legs),
+            Effect::Hold => Change::Hold(&new.legs),
+            Effect::Capture(held) => Change::Capture {
+                captured: &new.legs,
+                hold: held,
+            },
+            Effect::Release(held) => Change::Release(held),
+        };
+        let unlapsed = new.closes.and_then(|c| self.lapsed.remove(&c.hold));
+        if let Some(legs) = &unlapsed {
+            self.engine.lapse(legs, -1);
+        }
+        let applied = self.engine.change(change);
+        if let (Err(_), Some(legs), Some(c)) = (&applied, unlapsed, new.closes) {
+            self.engine.lapse(&legs, 1);
+            self.lapsed.insert(c.hold, legs);
+        }
+        applied
     }
 
     /// What later requests of the batch must see: voids and closed holds.

@@ -168,6 +168,15 @@ pub struct Clock {
     pub now: OffsetDateTime,
 }
 
+impl Clock {
+    /// The time the batch's first posting is recorded at (the next ones a microsecond
+    /// apart): strictly after the clock any fenced reader saw, and after the last batch.
+    pub fn base(&self) -> OffsetDateTime {
+        let tick = time::Duration::microseconds(1);
+        (self.now + tick).max(self.last_recorded_at + tick)
+    }
+}
+
 /// How the batch found a key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum KeyState {
@@ -210,6 +219,28 @@ pub struct Snapshot {
     pub corrupt_accounts: HashMap<i64, LedgerError>,
     /// Void targets that cannot be read, with the refusal of voids of them.
     pub corrupt_targets: HashMap<Uuid, LedgerError>,
+    /// The open holds with an expiry that have legs on the batch's accounts, their legs there:
+    /// at least those due by the last time the batch can record at ([`Clock::base`] plus a
+    /// microsecond per request; later ones are ignored). A hold stops
+    /// counting against the funds rule at its expiry time, before its release is recorded.
+    pub expiring: Vec<ExpiringHold>,
+}
+
+/// An open hold with an expiry, as the batch's accounts hold it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExpiringHold {
+    pub hold: Uuid,
+    pub expires_at: OffsetDateTime,
+    /// Its legs on the batch's accounts (its legs elsewhere are not loaded).
+    pub legs: Vec<HeldLeg>,
+}
+
+/// One leg of a hold, on an account of the batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldLeg {
+    pub account_id: i64,
+    pub direction: Direction,
+    pub amount: Amount,
 }
 
 /// One leg of a planned posting that moves money, with the account's totals after it.
@@ -233,6 +264,10 @@ pub struct PlannedPosting {
     /// For a posting that moves nothing (a hold, a release), its legs' account ids, in
     /// order; empty otherwise.
     pub held_accounts: Vec<i64>,
+    /// For a posting that closes a hold with an expiry: that expiry and the hold's legs'
+    /// account ids (the hold leaves the index of open expiring holds). A new hold with an
+    /// expiry joins it with its own legs.
+    pub closes_expiring: Option<(OffsetDateTime, Vec<i64>)>,
 }
 
 /// A state-dependent rejection the plan binds to its key.

@@ -139,6 +139,7 @@ fn snapshot(requests: &[WriteRequest], a_cents: i128, targets: &[Posting]) -> Sn
         targets: targets.iter().map(|p| (p.posting_id, p.clone())).collect(),
         corrupt_accounts: HashMap::new(),
         corrupt_targets: HashMap::new(),
+        expiring: Vec::new(),
     }
 }
 
@@ -412,6 +413,7 @@ fn hold_target(expires: Option<OffsetDateTime>, closed: Option<(Uuid, CloseKind)
         hold: Some(crate::record::HoldState {
             expires_at: expires,
             closed_by: closed,
+            lapsed: false,
         }),
         legs,
         ..target(None, None)
@@ -470,13 +472,35 @@ fn capture(key: &str, hold: &Posting) -> WriteRequest {
     }
 }
 
-/// A snapshot as [`snapshot`], with the open holds among `targets` held on their accounts.
+/// A snapshot as [`snapshot`], with the open holds among `targets` held on their accounts,
+/// and those with an expiry listed as expiring (as the load lists them, due or not).
 fn snapshot_with_holds(requests: &[WriteRequest], a_cents: i128, targets: &[Posting]) -> Snapshot {
     let mut s = snapshot(requests, a_cents, targets);
-    let open = targets
+    let open: Vec<&Posting> = targets
         .iter()
-        .filter(|t| t.hold.is_some_and(|h| h.closed_by.is_none()));
-    for leg in open.flat_map(|t| &t.legs) {
+        .filter(|t| t.hold.is_some_and(|h| h.closed_by.is_none()))
+        .collect();
+    s.expiring = open
+        .iter()
+        .filter_map(|t| {
+            let expires_at = t.hold.and_then(|h| h.expires_at)?;
+            let legs = t
+                .legs
+                .iter()
+                .map(|l| HeldLeg {
+                    account_id: s.account_ids[&l.account],
+                    direction: l.direction,
+                    amount: l.amount,
+                })
+                .collect();
+            Some(ExpiringHold {
+                hold: t.posting_id,
+                expires_at,
+                legs,
+            })
+        })
+        .collect();
+    for leg in open.iter().flat_map(|t| &t.legs) {
         let totals = &mut s
             .accounts
             .get_mut(&s.account_ids[&leg.account])
@@ -495,6 +519,9 @@ fn each_hold_rule_by_name() {
     let (past, later) = (t0() - Duration::seconds(1), t0() + Duration::seconds(1));
     let open = hold_target(None, None);
     let expired = hold_target(Some(past), None);
+    // The batch records from t0 + 1 µs (its clock reads t0): this hold expires with its second
+    // posting.
+    let expiring_in_batch = hold_target(Some(t0() + Duration::microseconds(2)), None);
     let captured = hold_target(None, Some((Uuid::now_v7(), CloseKind::Capture)));
     let expired_captured = hold_target(Some(past), Some((Uuid::now_v7(), CloseKind::Capture)));
     let release = Posting {
@@ -616,6 +643,50 @@ fn each_hold_rule_by_name() {
             1000,
             vec![release.clone()],
             vec![Err(VoidOfVoid)],
+            1,
+        ),
+        (
+            "an expired hold holds nothing for the funds rule before its release is recorded",
+            vec![post("p", "a", "w", 1400)],
+            1500,
+            vec![expired.clone()],
+            vec![Ok(false)],
+            0,
+        ),
+        (
+            "an expired hold released in the batch is not taken off twice",
+            vec![
+                ValidExpire::request(expired.posting_id),
+                post("p", "a", "w", 2000),
+                post("q", "a", "w", 1500),
+            ],
+            1500,
+            vec![expired.clone()],
+            vec![Ok(false), Err(InsufficientFunds), Ok(false)],
+            1,
+        ),
+        (
+            "a hold stops counting at its expiry time: the request recorded then no longer sees it",
+            vec![post("p1", "a", "w", 100), post("p2", "a", "w", 600)],
+            1500,
+            vec![expiring_in_batch.clone()],
+            vec![Ok(false), Ok(false)],
+            0,
+        ),
+        (
+            "a capture that would be recorded at or after the expiry time is refused",
+            vec![post("p1", "a", "w", 100), capture("c", &expiring_in_batch)],
+            1500,
+            vec![expiring_in_batch.clone()],
+            vec![Ok(false), Err(HoldNotPending)],
+            1,
+        ),
+        (
+            "a hold captured before its expiry time does not lapse at it",
+            vec![capture("c", &expiring_in_batch), post("p", "a", "w", 1400)],
+            1500,
+            vec![expiring_in_batch.clone()],
+            vec![Ok(false), Err(InsufficientFunds)],
             1,
         ),
     ];

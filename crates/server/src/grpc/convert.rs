@@ -7,6 +7,7 @@ use ledger_core::hold::CaptureRequest;
 use ledger_core::posting::{LegRequest, PostRequest, VoidRequest};
 use ledger_core::record::{
     AppliedAsOf, AsOf, Balance, CloseKind, CurrencyTotal, Decided, Entry, HoldStatus, Posting,
+    PostingKind,
 };
 use ledger_core::{Account, Direction, LedgerError, NormalBalance, Reason};
 use prost_types::Timestamp;
@@ -188,6 +189,19 @@ pub fn posting_to_pb(p: &Posting) -> pb::Posting {
             .filter(|c| c.kind == CloseKind::Capture)
             .map(|c| c.hold.to_string())
             .unwrap_or_default(),
+        releases_hold_posting_id: p.releases_hold().map(|h| h.to_string()).unwrap_or_default(),
+        kind: kind_to_pb(p.kind()) as i32,
+    }
+}
+
+fn kind_to_pb(k: PostingKind) -> pb::PostingKind {
+    match k {
+        PostingKind::Posting => pb::PostingKind::Posting,
+        PostingKind::Hold => pb::PostingKind::Hold,
+        PostingKind::Capture => pb::PostingKind::Capture,
+        PostingKind::Release => pb::PostingKind::Release,
+        PostingKind::Expiry => pb::PostingKind::Expiry,
+        PostingKind::Void => pb::PostingKind::Void,
     }
 }
 
@@ -342,10 +356,11 @@ mod tests {
                     hold: Some(HoldState {
                         expires_at: Some(t),
                         closed_by: Some((uuid::Uuid::now_v7(), CloseKind::Release)),
+                        lapsed: false,
                     }),
                     closes: Some(Closes {
                         hold: uuid::Uuid::now_v7(),
-                        kind: CloseKind::Capture,
+                        kind: CloseKind::Release,
                     }),
                 },
             )

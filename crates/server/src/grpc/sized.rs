@@ -159,6 +159,7 @@ mod tests {
                     uuid::Uuid::now_v7(),
                     ledger_core::record::CloseKind::Capture,
                 )),
+                lapsed: false,
             }),
             closes: None,
         };

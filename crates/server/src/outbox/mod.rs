@@ -38,8 +38,8 @@
 //! Events carry the posting as it was committed, with `voided_by_posting_id` left empty and a
 //! hold pending: a void is announced by its own event (whose `voids_posting_id` names the
 //! voided posting), and so are a hold's capture, release and expiry (whose
-//! `captures_hold_posting_id` or `voids_posting_id` name the hold, or, for an expiry, its key
-//! `expire:<hold>`).
+//! `captures_hold_posting_id` or `releases_hold_posting_id` name the hold). Every event's
+//! posting says what it is (`kind`).
 //!
 //! Failpoints for crash tests: with `LEDGER_FAILPOINT=outbox-before-publish` the process aborts
 //! after loading a batch of pending events, before publishing; with
@@ -153,14 +153,15 @@ pub fn spawn(
 
 /// The event of a posting: the `ledger.v1.PostingEvent` payload, protobuf-encoded.
 ///
-/// `voided_by_posting_id` is always empty and a hold is pending: the event describes the
-/// posting as committed, and a later void, capture, release or expiry announces itself with
-/// its own event.
+/// `voided_by_posting_id` is always empty and a hold is pending (even once its expiry time
+/// has passed): the event describes the posting as committed, and a later void, capture,
+/// release or expiry announces itself with its own event.
 pub fn event_payload(p: &Posting) -> Vec<u8> {
     let mut committed = p.clone();
     committed.voided_by_posting_id = None;
     if let Some(h) = committed.hold.as_mut() {
         h.closed_by = None;
+        h.lapsed = false;
     }
     let posting = posting_to_pb(&committed);
     prost::Message::encode_to_vec(&pb::PostingEvent {
@@ -340,6 +341,7 @@ mod tests {
             hold: Some(HoldState {
                 expires_at: Some(t),
                 closed_by: Some((uuid::Uuid::now_v7(), CloseKind::Capture)),
+                lapsed: true,
             }),
             closes: None,
         };
@@ -351,5 +353,10 @@ mod tests {
         want.captured_by_posting_id.clear();
         want.hold_status = pb::HoldStatus::Pending as i32;
         assert_eq!(got, want);
+        assert_eq!(
+            got.kind,
+            pb::PostingKind::Hold as i32,
+            "and says what it is"
+        );
     }
 }

@@ -4,14 +4,20 @@
 //! hold once). A task polls every [`HOLD_EXPIRY_POLL`] (by default), so a release is recorded
 //! within [`HOLD_EXPIRY_LAG_MAX`] of the expiry time under normal load; a capture or void that
 //! reaches the writer after the expiry time is refused whether the release is recorded yet or
-//! not (that rule is `decide`'s). At start-up, before serving, the server releases every hold
+//! not (that rule is `decide`'s), and the hold holds nothing from its expiry time on, for reads
+//! and for the funds rule alike. At start-up, before serving, the server releases every hold
 //! that expired while it was stopped.
+//!
+//! How late each release was recorded (its recorded time minus the expiry time) is the
+//! histogram `ledger_hold_release_lag_seconds`; releases later than [`HOLD_EXPIRY_LAG_MAX`]
+//! count in `ledger_hold_releases_late_total` and make one warning per round, with counts
+//! (after a restart, thousands of holds may be released late in one round).
 
 use super::Ledger;
 use crate::storage;
 use ledger_core::hold::LEDGER_CALLER;
 use ledger_core::limits::{HOLD_EXPIRY_LAG_MAX, MAX_EXPIRIES_PER_ROUND};
-use ledger_core::record::rfc3339;
+use ledger_core::record::Decided;
 use ledger_core::write::{Command, ValidExpire};
 use ledger_core::{LedgerError, Reason};
 use std::time::Duration;
@@ -29,6 +35,10 @@ const _: () = assert!(HOLD_EXPIRY_POLL.as_millis() * 2 <= HOLD_EXPIRY_LAG_MAX.as
 pub struct Round {
     /// Releases recorded now (or found recorded by an earlier attempt).
     pub released: usize,
+    /// Of the releases recorded now, those recorded later than [`HOLD_EXPIRY_LAG_MAX`] after
+    /// the expiry, and the latest lag.
+    pub late: usize,
+    pub max_lag: Duration,
     /// Holds the round found closed by a capture or void first.
     pub closed_first: usize,
     /// Releases the writer could not record now (retried next round).
@@ -64,33 +74,62 @@ impl Ledger {
             now: Some(now),
             ..Round::default()
         };
+        let mut first_failure: Option<(uuid::Uuid, LedgerError)> = None;
         for (id, outcome) in due.iter().zip(outcomes) {
             match outcome {
-                Ok(d) => {
-                    round.released += 1;
-                    warn_if_late(*id, &d.posting);
-                }
+                Ok(d) => round.count(&d),
                 Err(e) if e.reason == Reason::HoldNotPending => round.closed_first += 1,
                 Err(e) => {
                     round.failed += 1;
-                    tracing::warn!(hold = %id, error = %e, "the release of an expired hold was not recorded; retrying next round");
+                    first_failure.get_or_insert((*id, e));
                 }
             }
         }
+        round.log(first_failure);
         Ok(round)
     }
 }
 
-/// Logs a release recorded later than [`HOLD_EXPIRY_LAG_MAX`] after the hold's expiry.
-fn warn_if_late(hold: uuid::Uuid, release: &ledger_core::record::Posting) {
-    let lag = release.recorded_at - release.effective_at;
-    if lag > HOLD_EXPIRY_LAG_MAX {
-        tracing::warn!(
-            %hold,
-            expired_at = %rfc3339(release.effective_at),
-            recorded_at = %rfc3339(release.recorded_at),
-            "the release of an expired hold was recorded {lag} after its expiry (bound HOLD_EXPIRY_LAG_MAX = {HOLD_EXPIRY_LAG_MAX:?})"
-        );
+impl Round {
+    /// Counts a release (a new one's lag in the metrics too).
+    fn count(&mut self, d: &Decided) {
+        self.released += 1;
+        if d.replayed {
+            return;
+        }
+        let lag = d.posting.recorded_at - d.posting.effective_at;
+        let lag = Duration::try_from(lag).unwrap_or(Duration::ZERO);
+        let late = lag > HOLD_EXPIRY_LAG_MAX;
+        crate::metrics::hold_released(lag, late);
+        if late {
+            self.late += 1;
+            self.max_lag = self.max_lag.max(lag);
+        }
+    }
+
+    /// One warning for the round's late releases and one for those it could not record,
+    /// with counts (never one line per hold).
+    fn log(&self, first_failure: Option<(uuid::Uuid, LedgerError)>) {
+        if self.late > 0 {
+            tracing::warn!(
+                late = self.late,
+                released = self.released,
+                max_lag_ms = self.max_lag.as_millis() as u64,
+                "releases of expired holds recorded later than HOLD_EXPIRY_LAG_MAX ({HOLD_EXPIRY_LAG_MAX:?}) after their expiry: {} of {} this round, the latest {:?} late",
+                self.late,
+                self.released,
+                self.max_lag
+            );
+        }
+        if let Some((hold, e)) = first_failure {
+            tracing::warn!(
+                failed = self.failed,
+                first_hold = %hold,
+                error = %e,
+                "{} releases of expired holds were not recorded this round (the first error shown); retrying next round",
+                self.failed
+            );
+        }
     }
 }
 

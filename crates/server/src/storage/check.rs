@@ -177,6 +177,20 @@ const CHECKS: &[(&str, &str)] = &[
          WHERE t.held_debits <> s.d OR t.held_credits <> s.c",
     ),
     (
+        "the index of expiring holds lists exactly the legs of the open holds with an expiry",
+        "SELECT format('hold %s leg %s (account %s, expiring %s): the journal says %s, the index %s',
+                hold_posting_id, leg_index, account_id, expires_at,
+                coalesce(j.direction::text || ' ' || j.amount, 'no open hold'),
+                coalesce(e.direction::text || ' ' || e.amount, 'nothing'))
+         FROM (SELECT l.account_id, h.hold_expires_at AS expires_at, h.posting_id AS hold_posting_id,
+                      l.leg_index, l.direction, l.amount
+               FROM postings h JOIN hold_legs l ON l.sequence = h.sequence
+               WHERE h.hold AND h.hold_expires_at IS NOT NULL
+                 AND NOT EXISTS (SELECT 1 FROM postings c WHERE c.closes_hold_posting_id = h.posting_id)) j
+         FULL JOIN expiring_holds e USING (account_id, expires_at, hold_posting_id, leg_index)
+         WHERE j.amount IS DISTINCT FROM e.amount OR j.direction IS DISTINCT FROM e.direction",
+    ),
+    (
         "every hold is closed at most once, after it, by a capture, a release or its expiry",
         "SELECT format('hold %s closed %s times', closes_hold_posting_id, count(*))
          FROM postings WHERE closes_hold_posting_id IS NOT NULL GROUP BY closes_hold_posting_id HAVING count(*) > 1

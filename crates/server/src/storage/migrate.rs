@@ -49,6 +49,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0011_closes_without_row_fk",
         include_str!("../../../../migrations/0011_closes_without_row_fk.sql"),
     ),
+    (
+        "0012_expiring_holds",
+        include_str!("../../../../migrations/0012_expiring_holds.sql"),
+    ),
 ];
 
 /// Applies every migration not yet applied. Safe to run from several processes at once.

@@ -42,7 +42,17 @@ const POSTING_COLUMNS: &str = "p.sequence, p.posting_id, p.caller, p.idempotency
 /// joined as whole tables, the planner merge-joined the index of every void in the journal
 /// (each release of a hold is one), 14 ms per batch of void and capture targets in the
 /// writer's load, under the write lock.
-const HEADS_SQL: &str = "SELECT {COLUMNS} FROM postings p
+///
+/// `lapsed`: a hold whose expiry time is by the cut-off on both clocks (by the earlier of the
+/// recorded cut-off `$4` and `$3`; `$4` null: the ledger's present, the later of its clock and
+/// its last batch) and that nothing recorded by `$2` closed: it is expired though its release
+/// may not be recorded yet (see `TOTALS_AT`, which stops counting it in the same case).
+const HEADS_SQL: &str = "SELECT {COLUMNS},
+       CASE WHEN p.hold AND p.hold_expires_at <= least(coalesce($4::timestamptz,
+                 (SELECT greatest(clock_timestamp(), last_recorded_at) FROM ledger_state WHERE ledger_id = 1)), $3)
+            THEN NOT EXISTS (SELECT 1 FROM postings x WHERE x.closes_hold_posting_id = p.posting_id AND x.sequence <= $2)
+            ELSE false END AS lapsed
+     FROM postings p
      LEFT JOIN LATERAL (SELECT posting_id FROM postings
                         WHERE voids_posting_id = p.posting_id AND voids_posting_id IS NOT NULL
                           AND sequence <= $2 AND effective_at <= $3 LIMIT 1) v ON true
@@ -86,15 +96,16 @@ pub async fn postings_at(
         return Ok(Vec::new());
     }
     let heads_sql = HEADS_SQL.replace("{COLUMNS}", POSTING_COLUMNS);
-    let (through, effective) = match at {
-        Some(a) => (a.sequence as i64, a.effective_at),
+    let (through, effective, recorded) = match at {
+        Some(a) => (a.sequence as i64, a.effective_at, Some(a.recorded_at)),
         None => (
             i64::MAX,
             OffsetDateTime::new_utc(time::Date::MAX, time::Time::MIDNIGHT),
+            None,
         ),
     };
-    let head_params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
-        [&sequences, &through, &effective];
+    let head_params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+        [&sequences, &through, &effective, &recorded];
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&sequences];
     let (heads_stmt, legs_stmt) = futures_util::future::try_join(
         client.prepare_cached(heads_sql.as_str()),
@@ -167,6 +178,7 @@ fn hold_state(h: &tokio_postgres::Row, sequence: i64) -> Result<Option<HoldState
     Ok(Some(HoldState {
         expires_at: h.get("hold_expires_at"),
         closed_by,
+        lapsed: h.get::<_, Option<bool>>("lapsed").unwrap_or(false),
     }))
 }
 
@@ -249,7 +261,7 @@ pub async fn posting_by_id(
 const TARGET_HEADS_SQL: &str = "SELECT p.sequence, p.posting_id, p.caller, p.idempotency_key, p.effective_at,
             p.recorded_at, p.memo, p.metadata, p.voids_posting_id, p.void_reason, NULL::uuid AS voided_by,
             p.hold, p.hold_expires_at, p.closes_hold_posting_id, p.close_kind,
-            NULL::uuid AS closed_by, NULL::text AS closed_how
+            NULL::uuid AS closed_by, NULL::text AS closed_how, NULL::bool AS lapsed
      FROM unnest($1::uuid[]) AS x(id)
      CROSS JOIN LATERAL (SELECT * FROM postings WHERE posting_id = x.id LIMIT 1) p
      ORDER BY p.sequence";
@@ -635,8 +647,13 @@ pub async fn resolve_replayed(
     }))
 }
 
-/// Debits and credits of accounts at a cut-off (S = `$2`, the last sequence recorded by R;
-/// E = `$1`), computed without summing history.
+/// Debits and credits of accounts at a cut-off (S = `$2`, the last sequence recorded by R =
+/// `$4`; E = `$1`), computed without summing history, and their held amounts: the legs of the
+/// holds recorded by S and effective by E that were open at the cut-off, neither closed by a
+/// posting recorded by S and effective by E nor expired by it. A hold with expiry time T that
+/// nothing recorded by S closed is expired at (R, E) when T ≤ R and T ≤ E: the ledger's clock
+/// had reached its expiry, and its release is effective at T, whether or not the release is
+/// recorded by R (the writer's funds rule stops counting it at the same time).
 ///
 /// Let m = min(S, the last sequence recorded by E). A leg with sequence ≤ m was recorded by E
 /// (and by R); a leg with sequence in (m, S] was recorded after E. So the included legs
@@ -673,9 +690,11 @@ const TOTALS_AT: &str = "
         SELECT sum(l.amount) FILTER (WHERE l.direction = 'D') AS d,
                sum(l.amount) FILTER (WHERE l.direction = 'C') AS c
         FROM hold_legs l JOIN postings hp ON hp.sequence = l.sequence
+        LEFT JOIN LATERAL (SELECT c.effective_at FROM postings c
+                           WHERE c.closes_hold_posting_id = hp.posting_id AND c.sequence <= $2 LIMIT 1) hc ON true
         WHERE l.account_id = a.account_id AND l.sequence <= $2 AND hp.hold AND hp.effective_at <= $1
-          AND NOT EXISTS (SELECT 1 FROM postings c WHERE c.closes_hold_posting_id = hp.posting_id
-                            AND c.sequence <= $2 AND c.effective_at <= $1)) h ON true
+          AND CASE WHEN hc.effective_at IS NOT NULL THEN hc.effective_at > $1
+                   ELSE hp.hold_expires_at IS NULL OR hp.hold_expires_at > least($4::timestamptz, $1) END) h ON true
     ORDER BY a.ord";
 
 /// Balances of accounts at a cut-off, in the order given. Totals that cannot be (negative,
@@ -691,7 +710,15 @@ pub async fn balances(
     let ids: Vec<i64> = accounts.iter().map(|a| a.id).collect();
     let stmt = client.prepare_cached(TOTALS_AT).await?;
     let rows = client
-        .query(&stmt, &[&at.effective_at, &(at.sequence as i64), &ids])
+        .query(
+            &stmt,
+            &[
+                &at.effective_at,
+                &(at.sequence as i64),
+                &ids,
+                &at.recorded_at,
+            ],
+        )
         .await?;
     assert_eq!(
         rows.len(),

@@ -3,17 +3,18 @@
 use super::{BEGIN_SQL, CUSTOM_PLANS};
 use crate::storage::accounts::account_from_row;
 use crate::storage::read::{
-    postings_by_sequence, stored_rejection, with_state, Targets, TARGET_STATES_SQL,
+    direction_from_sql, postings_by_sequence, stored_rejection, with_state, Targets,
+    TARGET_STATES_SQL,
 };
 use crate::storage::{StorageError, LEDGER_WRITE_LOCK};
 use ledger_core::account::{Account, AccountCache};
-use ledger_core::amount::parse_stored;
-use ledger_core::engine::{Rule, Totals};
+use ledger_core::amount::{parse_stored, Amount};
+use ledger_core::engine::{available_of, Rule, Totals};
 use ledger_core::posting::Fingerprint;
 use ledger_core::record::Posting;
 use ledger_core::write::{
-    distinct_keys, AccountState, Clock, Command, KeyState, Operation, Snapshot, StoredDecision,
-    WriteRequest,
+    distinct_keys, AccountState, Clock, Command, ExpiringHold, HeldLeg, KeyState, Operation,
+    Snapshot, StoredDecision, WriteRequest,
 };
 use ledger_core::LedgerError;
 use std::collections::HashMap;
@@ -59,6 +60,19 @@ const TOTALS_SQL: &str =
 const ACCOUNTS_SQL: &str = "SELECT a.account_id, a.code, a.currency, a.scale, a.normal_balance, a.allow_negative, a.metadata, a.created_at
      FROM unnest($1::bigint[]) AS x(id) JOIN accounts a ON a.account_id = x.id";
 
+/// The legs, on the batch's accounts (`$1`, distinct), of the open holds with an expiry due
+/// by the last time the batch can record at: the later of the clock (read after the state's)
+/// and the last batch, plus a microsecond per request (`$2`) and one. A range of
+/// `expiring_holds`' primary key per account, whatever the statistics say.
+const EXPIRING_SQL: &str = "WITH h AS (
+        SELECT greatest(clock_timestamp(), last_recorded_at) + ($2::bigint + 1) * interval '1 microsecond' AS horizon
+        FROM ledger_state WHERE ledger_id = 1)
+     SELECT e.hold_posting_id, e.expires_at, e.account_id, e.direction, e.amount::text AS amount
+     FROM h CROSS JOIN unnest($1::bigint[]) AS x(id)
+     CROSS JOIN LATERAL (SELECT * FROM expiring_holds
+                         WHERE account_id = x.id AND expires_at <= h.horizon
+                         ORDER BY expires_at, hold_posting_id, leg_index) e";
+
 /// The rows of the batch's first round trip.
 struct FirstRows {
     claim: Vec<Row>,
@@ -67,6 +81,8 @@ struct FirstRows {
     accounts: Vec<Row>,
     /// The state of the targets ([`TARGET_STATES_SQL`]).
     targets: Vec<Row>,
+    /// The due holds' legs ([`EXPIRING_SQL`]).
+    expiring: Vec<Row>,
 }
 
 /// Opens the batch's transaction and loads its [`Snapshot`]; `targets` are the postings its
@@ -117,6 +133,7 @@ pub async fn load(
     let (targets_now, corrupt_targets) = targets_now(targets, &new_voids, &first.targets);
     found.read(&first.accounts, cache);
     found.totals(&ids, &first.totals);
+    let expiring = found.expiring(&first.expiring);
     Ok(Snapshot {
         clock,
         keys,
@@ -125,6 +142,7 @@ pub async fn load(
         targets: targets_now,
         corrupt_accounts: found.corrupt,
         corrupt_targets,
+        expiring,
     })
 }
 
@@ -192,7 +210,7 @@ fn targets_now(
     (now, corrupt)
 }
 
-/// One round trip: BEGIN, claim, lock, state, accounts, run in this order. The claim comes
+/// One round trip: BEGIN, claim, lock, state, accounts, due holds, run in this order. The claim comes
 /// before the lock, so it runs while another batch holds the lock (on another core); a key
 /// that batch has inserted but not committed makes the claim wait for its commit and then
 /// conflict. Keys are inserted in (caller, key) order, so two claims never wait on each other
@@ -206,13 +224,14 @@ async fn first_round_trip(
     uncached: &[i64],
     voids: &[Uuid],
 ) -> Result<FirstRows, StorageError> {
-    let (lock_st, state_st, claim_st, totals_st, accounts_st, targets_st) = futures_util::try_join!(
+    let (lock_st, state_st, claim_st, totals_st, accounts_st, targets_st, expiring_st) = futures_util::try_join!(
         client.prepare_cached("SELECT pg_advisory_xact_lock($1)"),
         client.prepare_cached(STATE_SQL),
         client.prepare_cached(CLAIM_SQL),
         client.prepare_cached(TOTALS_SQL),
         client.prepare_cached(ACCOUNTS_SQL),
         client.prepare_cached(TARGET_STATES_SQL),
+        client.prepare_cached(EXPIRING_SQL),
     )?;
     let callers: Vec<&str> = firsts
         .iter()
@@ -242,7 +261,8 @@ async fn first_round_trip(
     };
     let lock_params: [&(dyn ToSql + Sync); 1] = [&LEDGER_WRITE_LOCK];
     let totals_params: [&(dyn ToSql + Sync); 1] = [&ids];
-    let (_, claim, _, state, _, totals, accounts, targets) = futures_util::try_join!(
+    let expiring_params: [&(dyn ToSql + Sync); 2] = [&ids, &(requests.len() as i64)];
+    let (_, claim, _, state, _, totals, accounts, targets, expiring) = futures_util::try_join!(
         client.batch_execute(BEGIN_SQL),
         client.query(&claim_st, &claim_params),
         client.execute(&lock_st, &lock_params),
@@ -250,7 +270,8 @@ async fn first_round_trip(
         client.batch_execute(CUSTOM_PLANS),
         client.query(&totals_st, &totals_params),
         accounts,
-        targets
+        targets,
+        client.query(&expiring_st, &expiring_params)
     )?;
     Ok(FirstRows {
         claim,
@@ -258,6 +279,7 @@ async fn first_round_trip(
         totals,
         accounts,
         targets,
+        expiring,
     })
 }
 
@@ -484,8 +506,92 @@ impl Accounts {
     }
 }
 
+impl Accounts {
+    /// The due holds from their [`EXPIRING_SQL`] rows (each account's in expiry order), in
+    /// expiry order. A row that cannot be read, or legs beyond what the account holds, make the
+    /// account corrupt (the index disagrees with the journal).
+    fn expiring(&mut self, rows: &[Row]) -> Vec<ExpiringHold> {
+        let mut holds: Vec<ExpiringHold> = Vec::new();
+        let mut index: HashMap<Uuid, usize> = HashMap::new();
+        let mut sums: HashMap<i64, (i128, i128)> = HashMap::new();
+        for r in rows {
+            let id: i64 = r.get("account_id");
+            let Some(state) = self.states.get(&id) else {
+                continue;
+            };
+            let code = &state.rule.code;
+            let leg = parse_stored(r.get("amount"), state.rule.scale)
+                .map_err(|e| format!("amount: {e}"))
+                .and_then(|minor| {
+                    let direction = direction_from_sql(r.get("direction"))
+                        .ok_or_else(|| "no direction".to_owned())?;
+                    Ok(HeldLeg {
+                        account_id: id,
+                        direction,
+                        amount: Amount::from_minor(minor, state.rule.scale),
+                    })
+                });
+            let leg = match leg {
+                Ok(leg) => leg,
+                Err(e) => {
+                    let e = StorageError::corrupt_account(code, format!("expiring hold: {e}"));
+                    self.corrupt.insert(id, e.into_ledger_error());
+                    continue;
+                }
+            };
+            let s = sums.entry(id).or_default();
+            match leg.direction {
+                ledger_core::Direction::Debit => s.0 += leg.amount.minor(),
+                ledger_core::Direction::Credit => s.1 += leg.amount.minor(),
+            }
+            let hold: Uuid = r.get("hold_posting_id");
+            let i = *index.entry(hold).or_insert_with(|| {
+                holds.push(ExpiringHold {
+                    hold,
+                    expires_at: r.get("expires_at"),
+                    legs: Vec::new(),
+                });
+                holds.len() - 1
+            });
+            holds[i].legs.push(leg);
+        }
+        for (id, state) in &self.states {
+            if let Some(why) = beyond_due(state, sums.get(id).copied().unwrap_or_default()) {
+                let e = StorageError::corrupt_account(&state.rule.code, why);
+                self.corrupt.insert(*id, e.into_ledger_error());
+            }
+        }
+        self.states.retain(|id, _| !self.corrupt.contains_key(id));
+        holds.sort_by_key(|h| h.expires_at);
+        holds
+    }
+}
+
+/// What no writer could have left, given the legs of the account's due holds (`due`, debit
+/// and credit): more due than held, or a no-negative account's available balance below zero
+/// even without them (its funds rule let it spend only what they no longer hold).
+fn beyond_due(state: &AccountState, (d, c): (i128, i128)) -> Option<String> {
+    let (t, rule) = (state.totals, &state.rule);
+    if d > t.held_debits || c > t.held_credits {
+        return Some(format!(
+            "expiring holds list {d}/{c} held, the totals {t:?}"
+        ));
+    }
+    let available = available_of(
+        rule.normal_balance,
+        t.debits,
+        t.credits,
+        t.held_debits - d,
+        t.held_credits - c,
+    );
+    (!rule.allow_negative && available < 0).then(|| {
+        format!("below zero, which the account forbids, with {d}/{c} of its holds expired: {t:?}")
+    })
+}
+
 /// An account's stored totals; ones no writer could have left (negative, or a no-negative
-/// account below zero, or more decimals than its scale) are a corrupt row.
+/// account's balance below zero, or more decimals than its scale) are a corrupt row (its
+/// available balance is checked with its due holds, [`Accounts::expiring`]).
 fn stored_totals(r: &Row, rule: &Rule) -> Result<Totals, StorageError> {
     let corrupt = |e: String| StorageError::corrupt_account(&rule.code, format!("totals: {e}"));
     let t = Totals {
@@ -502,7 +608,7 @@ fn stored_totals(r: &Row, rule: &Rule) -> Result<Totals, StorageError> {
     {
         return Err(corrupt(format!("negative: {t:?}")));
     }
-    if !rule.allow_negative && t.available(rule.normal_balance) < 0 {
+    if !rule.allow_negative && t.balance(rule.normal_balance) < 0 {
         return Err(corrupt(format!(
             "below zero, which the account forbids: {t:?}"
         )));

@@ -23,6 +23,15 @@ const ENTRIES_SQL: &str = "INSERT INTO entries (sequence, leg_index, account_id,
      FROM unnest($1::bigint[], $2::int2[], $3::bigint[], $4::\"char\"[], $5::text[], $6::bigint[], $7::text[], $8::text[], $9::timestamptz[], $10::timestamptz[])
           AS u(s, l, a, d, am, v, da, ca, r, e)";
 
+/// The legs of the batch's new holds with an expiry, into the index of open expiring holds.
+const EXPIRING_INSERT_SQL: &str = "INSERT INTO expiring_holds (account_id, expires_at, hold_posting_id, leg_index, direction, amount)
+     SELECT a, t, h, l, d, am::numeric FROM unnest($1::bigint[], $2::timestamptz[], $3::uuid[], $4::int2[], $5::\"char\"[], $6::text[]) AS u(a, t, h, l, d, am)";
+
+/// The holds with an expiry the batch closes, out of that index (by its primary key's prefix).
+const EXPIRING_DELETE_SQL: &str = "DELETE FROM expiring_holds e
+     USING unnest($1::bigint[], $2::timestamptz[], $3::uuid[]) AS u(a, t, h)
+     WHERE e.account_id = u.a AND e.expires_at = u.t AND e.hold_posting_id = u.h";
+
 const REJECTIONS_SQL: &str =
     "INSERT INTO rejections (caller, idempotency_key, reason, message, metadata)
      SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[])";
@@ -84,6 +93,15 @@ struct Columns {
     t_last: Vec<i64>,
     t_held_debits: Vec<String>,
     t_held_credits: Vec<String>,
+    x_account: Vec<i64>,
+    x_expires: Vec<OffsetDateTime>,
+    x_hold: Vec<Uuid>,
+    x_leg: Vec<i16>,
+    x_dir: Vec<i8>,
+    x_amount: Vec<String>,
+    xd_account: Vec<i64>,
+    xd_expires: Vec<OffsetDateTime>,
+    xd_hold: Vec<Uuid>,
 }
 
 impl Columns {
@@ -109,6 +127,7 @@ impl Columns {
             c.p_closes.push(posting.closes.map(|x| x.hold));
             c.p_close_kind.push(posting.closes.map(|x| x.kind.as_str()));
             c.held_legs(p);
+            c.expiring(p);
             for (i, l) in p.legs.iter().enumerate() {
                 let scale = l.amount.scale();
                 c.e_seq.push(seq);
@@ -139,6 +158,32 @@ impl Columns {
             self.h_account.push(*account_id);
             self.h_dir.push(direction_to_sql(leg.direction));
             self.h_amount.push(leg.amount.to_string());
+        }
+    }
+
+    /// The rows of the index of open expiring holds a posting adds (a hold with an expiry)
+    /// or removes (the close of one: a row per account of the hold).
+    fn expiring(&mut self, p: &ledger_core::write::PlannedPosting) {
+        let posting = &p.posting;
+        if let Some(t) = posting.hold.and_then(|h| h.expires_at) {
+            for (i, (leg, account_id)) in posting.legs.iter().zip(&p.held_accounts).enumerate() {
+                self.x_account.push(*account_id);
+                self.x_expires.push(t);
+                self.x_hold.push(posting.posting_id);
+                self.x_leg.push(i as i16);
+                self.x_dir.push(direction_to_sql(leg.direction));
+                self.x_amount.push(leg.amount.to_string());
+            }
+        }
+        if let (Some((t, accounts)), Some(c)) = (&p.closes_expiring, posting.closes) {
+            let mut accounts = accounts.clone();
+            accounts.sort_unstable();
+            accounts.dedup();
+            for a in accounts {
+                self.xd_account.push(a);
+                self.xd_expires.push(*t);
+                self.xd_hold.push(c.hold);
+            }
         }
     }
 
@@ -187,12 +232,15 @@ pub async fn write(
         client.prepare_cached(TOTALS_UPDATE_SQL),
         client.prepare_cached(STATE_UPDATE_SQL),
         client.prepare_cached(HOLD_LEGS_SQL),
+        client.prepare_cached(EXPIRING_INSERT_SQL),
+        client.prepare_cached(EXPIRING_DELETE_SQL),
     )?;
     let counts = send(client, &c, plan, st).await?;
     assert_eq!(counts.postings as usize, c.p_seq.len());
     assert_eq!(counts.entries as usize, c.e_seq.len());
     assert_eq!(counts.hold_legs as usize, c.h_seq.len());
     assert_eq!(counts.outbox as usize, c.p_seq.len());
+    assert_eq!(counts.expiring as usize, c.x_account.len());
     assert_eq!(
         counts.totals as usize,
         c.t_id.len(),
@@ -202,8 +250,10 @@ pub async fn write(
 }
 
 /// The batch's prepared statements: postings, entries, rejections, outbox, totals, state,
-/// hold legs.
+/// hold legs, and the index of expiring holds (insert, delete).
 type Statements = (
+    tokio_postgres::Statement,
+    tokio_postgres::Statement,
     tokio_postgres::Statement,
     tokio_postgres::Statement,
     tokio_postgres::Statement,
@@ -223,6 +273,7 @@ struct Counts {
     hold_legs: u64,
     outbox: u64,
     totals: u64,
+    expiring: u64,
 }
 
 /// Runs `st` with `c`, or nothing when there are no rows for it.
@@ -296,6 +347,21 @@ impl Columns {
         ]
     }
 
+    fn expiring_p(&self) -> [&P; 6] {
+        [
+            &self.x_account,
+            &self.x_expires,
+            &self.x_hold,
+            &self.x_leg,
+            &self.x_dir,
+            &self.x_amount,
+        ]
+    }
+
+    fn unexpiring_p(&self) -> [&P; 3] {
+        [&self.xd_account, &self.xd_expires, &self.xd_hold]
+    }
+
     fn hold_legs_p(&self) -> [&P; 5] {
         [
             &self.h_seq,
@@ -309,15 +375,15 @@ impl Columns {
 
 /// Sends every statement and `COMMIT`, pipelined. The futures are polled, and so sent, in this
 /// order: first what is planned for each execution, the totals update (it reads
-/// `account_totals`) and the postings insert (a void's foreign key check reads `postings`, on
-/// a plan of the same mode); then the other inserts and the state row on their generic plans;
-/// then COMMIT right behind them. An earlier failure turns the COMMIT into a rollback and is
+/// `account_totals`), the postings insert (a void's foreign key check reads `postings`, on
+/// a plan of the same mode) and the delete from the index of expiring holds; then the other
+/// inserts and the state row on their generic plans; then COMMIT right behind them. An earlier failure turns the COMMIT into a rollback and is
 /// reported here.
 async fn send(
     client: &deadpool_postgres::Client,
     c: &Columns,
     plan: &Plan,
-    (postings_st, entries_st, rejections_st, outbox_st, totals_st, state_st, held_st): Statements,
+    (postings_st, entries_st, rejections_st, outbox_st, totals_st, state_st, held_st, x_st, xd_st): Statements,
 ) -> Result<Counts, StorageError> {
     let posts = c.p_seq.len();
     let (last_sequence, last_recorded) = plan.last().unwrap_or((0, plan.base));
@@ -325,12 +391,15 @@ async fn send(
     let state_p: [&P; 2] = [&last_sequence, &last_recorded];
     let (totals_p, postings_p, entries_p) = (c.totals_p(), c.postings_p(), c.entries_p());
     let (hold_legs_p, rejections_p) = (c.hold_legs_p(), c.rejections_p());
-    let (totals, postings, _, entries, hold_legs, _, outbox, _, _) = futures_util::try_join!(
+    let (expiring_p, unexpiring_p) = (c.expiring_p(), c.unexpiring_p());
+    let (totals, postings, _, _, entries, hold_legs, expiring, _, outbox, _, _) = futures_util::try_join!(
         maybe(client, c.t_id.len(), &totals_st, &totals_p),
         maybe(client, posts, &postings_st, &postings_p),
+        maybe(client, c.xd_account.len(), &xd_st, &unexpiring_p),
         client.batch_execute(GENERIC_PLANS),
         maybe(client, c.e_seq.len(), &entries_st, &entries_p),
         maybe(client, c.h_seq.len(), &held_st, &hold_legs_p),
+        maybe(client, c.x_account.len(), &x_st, &expiring_p),
         maybe(client, c.r_caller.len(), &rejections_st, &rejections_p),
         maybe(client, posts, &outbox_st, &outbox_p),
         maybe(client, posts, &state_st, &state_p),
@@ -342,5 +411,6 @@ async fn send(
         hold_legs,
         outbox,
         totals,
+        expiring,
     })
 }
