@@ -3,7 +3,7 @@
 //! stream and response bounds); optionally TLS / mutual TLS and `/metrics`.
 
 use crate::access::auth::{AuthFile, AuthPolicy};
-use crate::access::{Access, AccessState};
+use crate::access::{transport_status, Access, AccessState};
 use crate::grpc::handlers::LedgerGrpc;
 use crate::grpc::pb::ledger_server::LedgerServer;
 use crate::grpc::sized::SizedLedger;
@@ -16,7 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
-pub use crate::tuning::DRAIN_TIMEOUT;
+pub use crate::access::DRAIN_TIMEOUT;
+pub use crate::transport::TlsPem;
 
 /// How often health re-checks the database.
 pub const HEALTH_PROBE_INTERVAL: Duration = Duration::from_secs(2);
@@ -55,41 +56,6 @@ pub struct OpsOptions {
     /// `--replica-url`: hot standbys that answer the as-of reads they can prove (each URL one
     /// read pool; a URL may name several hosts). Their connections log in as the pool's do.
     pub replica_urls: Vec<String>,
-}
-
-/// TLS material in PEM.
-#[derive(Clone)]
-pub struct TlsPem {
-    pub cert: Vec<u8>,
-    pub key: Vec<u8>,
-    /// When set, clients must present a certificate signed by this CA (mutual TLS).
-    pub client_ca: Option<Vec<u8>>,
-}
-
-impl std::fmt::Debug for TlsPem {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "TlsPem(mutual: {})", self.client_ca.is_some())
-    }
-}
-
-impl TlsPem {
-    /// Reads the PEM files.
-    pub fn load(
-        cert: &std::path::Path,
-        key: &std::path::Path,
-        client_ca: Option<&std::path::Path>,
-    ) -> std::io::Result<TlsPem> {
-        let read = |p: &std::path::Path| {
-            std::fs::read(p).map_err(|e| {
-                std::io::Error::new(e.kind(), format!("cannot read {}: {e}", p.display()))
-            })
-        };
-        Ok(TlsPem {
-            cert: read(cert)?,
-            key: read(key)?,
-            client_ca: client_ca.map(read).transpose()?,
-        })
-    }
 }
 
 /// A running server.
@@ -195,6 +161,7 @@ pub async fn start(opts: ServerOptions) -> Result<RunningServer, crate::BoxError
         ops.tls.as_ref(),
         opts.tuning.transport.clone(),
         opts.tuning.pool.size,
+        transport_status,
     )?;
     tracing::info!(%local_addr, tls = ops.tls.is_some(), auth = access_enabled, "ledger serving gRPC");
     Ok(RunningServer {
