@@ -7,10 +7,12 @@ use crate::access::{transport_status, Access, AccessState};
 use crate::grpc::handlers::LedgerGrpc;
 use crate::grpc::pb::ledger_server::LedgerServer;
 use crate::grpc::sized::SizedLedger;
+use crate::metrics::{PoolUse, METRICS_IO_TIMEOUT};
 use crate::service::Ledger;
 use crate::storage::{self, Pool};
 use crate::transport::Transport;
 use crate::tuning::Tuning;
+use crate::writer::BatchObserver;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -124,12 +126,9 @@ pub async fn start(opts: ServerOptions) -> Result<RunningServer, crate::BoxError
     let ops = opts.ops;
     let (metrics_addr, metrics_task, observer) = match ops.metrics_listen {
         Some(addr) => {
-            let (addr, task) = crate::metrics::serve(addr, pool.clone()).await?;
-            (
-                Some(addr),
-                Some(task),
-                Some(crate::metrics::batch_observer()),
-            )
+            let (addr, task) = serve_metrics(addr, pool.clone()).await?;
+            let observer: BatchObserver = Arc::new(crate::metrics::write_batch);
+            (Some(addr), Some(task), Some(observer))
         }
         None => (None, None, None),
     };
@@ -175,6 +174,41 @@ pub async fn start(opts: ServerOptions) -> Result<RunningServer, crate::BoxError
         transport,
         drain_timeout: opts.tuning.drain_timeout,
     })
+}
+
+/// Serves `/metrics` on `listen` (port 0 picks one) until the task is aborted, the gauges
+/// sampled from `pool` at each scrape (`serve --metrics-listen`, `ledger relay`).
+pub async fn serve_metrics(
+    listen: SocketAddr,
+    pool: Pool,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    crate::metrics::serve(listen, move || {
+        let pool = pool.clone();
+        async move { sample_gauges(&pool).await }
+    })
+    .await
+}
+
+/// Samples the gauges: pool use now, and the outbox backlog (skipped, with a warning, when the
+/// database does not answer within METRICS_IO_TIMEOUT).
+async fn sample_gauges(pool: &Pool) {
+    let s = pool.status();
+    crate::metrics::pool_sampled(PoolUse {
+        max: s.max_size,
+        open: s.size,
+        in_use: s.size.saturating_sub(s.available),
+        waiting: s.waiting,
+    });
+    let backlog = tokio::time::timeout(METRICS_IO_TIMEOUT, async {
+        let client = pool.get().await.map_err(storage::StorageError::from)?;
+        storage::outbox::backlog(&client).await
+    })
+    .await;
+    match backlog {
+        Ok(Ok(b)) => crate::metrics::outbox_sampled(b.pending, b.oldest_age),
+        Ok(Err(e)) => tracing::warn!(error = %e, "metrics: cannot read the outbox backlog"),
+        Err(_) => tracing::warn!("metrics: the outbox backlog query timed out"),
+    }
 }
 
 /// Releases the holds that expired while the server was stopped (before it serves), then
