@@ -133,7 +133,14 @@ pub async fn start(opts: ServerOptions) -> Result<RunningServer, crate::BoxError
         None => (None, None, None),
     };
     let replicas = replicas(&ops, &opts.tuning, &pool)?;
-    let ledger = Arc::new(Ledger::new(pool.clone(), replicas, observer, &opts.tuning).await?);
+    let ledger = Ledger::new(
+        pool.clone(),
+        replicas,
+        observer,
+        opts.tuning.writer,
+        opts.tuning.accounts_cached_max,
+    );
+    let ledger = Arc::new(ledger.await?);
     let expiry_task = start_expiry(&ledger, &opts.tuning).await;
 
     let mtls = ops.tls.as_ref().is_some_and(|t| t.client_ca.is_some());

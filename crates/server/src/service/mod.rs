@@ -8,7 +8,7 @@ pub mod lists;
 pub mod replicas;
 
 use crate::storage::{self, accounts::Created, Pool, StorageError};
-use crate::writer::{BatchObserver, Writer};
+use crate::writer::{BatchObserver, Writer, WriterTuning};
 use ledger_core::account::AccountCache;
 use ledger_core::account::{validate_code, Metadata};
 use ledger_core::amount::format_minor;
@@ -55,18 +55,21 @@ pub fn page_size(requested: u32) -> Result<i64, LedgerError> {
 }
 
 impl Ledger {
-    /// A ledger over a migrated database, reading at cut-offs from `replicas` where they can.
+    /// A ledger over a migrated database, reading at cut-offs from `replicas` where they can,
+    /// its writer tuned by `writer`, at most `accounts_cached_max` accounts in memory
+    /// (`MAX_CACHED_ACCOUNTS`).
     pub async fn new(
         pool: Pool,
         replicas: Arc<Replicas>,
         observer: Option<BatchObserver>,
-        tuning: &crate::tuning::Tuning,
+        writer: WriterTuning,
+        accounts_cached_max: usize,
     ) -> Result<Ledger, StorageError> {
         let client = pool.get().await?;
         let page_key = storage::read::page_token_key(&client).await?;
         drop(client);
-        let accounts = Arc::new(RwLock::new(AccountCache::new(tuning.accounts_cached_max)));
-        let writer = Writer::spawn(pool.clone(), accounts.clone(), observer, tuning.writer);
+        let accounts = Arc::new(RwLock::new(AccountCache::new(accounts_cached_max)));
+        let writer = Writer::spawn(pool.clone(), accounts.clone(), observer, writer);
         Ok(Ledger {
             pool,
             writer,
