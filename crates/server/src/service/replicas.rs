@@ -16,7 +16,7 @@
 //! or wait longer than its named limits. A probe samples every standby's replay (lag in
 //! seconds and in sequences, for the metrics) every `REPLICA_PROBE_INTERVAL`.
 
-use super::{unavailable, Ledger};
+use super::Ledger;
 use crate::metrics::StandbySample;
 use crate::storage::replica::{self, ReplicaPool, ReplicaTuning};
 use crate::storage::{self, Conn, Pool};
@@ -203,7 +203,7 @@ where
 {
     let passed_over = |e: storage::StorageError| {
         standby.usable.store(false, Ordering::Relaxed);
-        unavailable(e)
+        e.into_ledger_error()
     };
     let client = standby
         .pool
