@@ -243,7 +243,7 @@ async fn first_round_trip(
     let lock_params: [&(dyn ToSql + Sync); 1] = [&LEDGER_WRITE_LOCK];
     let totals_params: [&(dyn ToSql + Sync); 1] = [&ids];
     let (_, claim, _, state, _, totals, accounts, targets) = futures_util::try_join!(
-        client.batch_execute(BEGIN_SQL),
+        client.batch_execute(&BEGIN_SQL),
         client.query(&claim_st, &claim_params),
         client.execute(&lock_st, &lock_params),
         client.query_one(&state_st, &[]),
