@@ -557,7 +557,7 @@ async fn relay(
     let _metrics = match metrics_listen {
         Some(addr) => {
             let pool = ledger_server::storage::pool(database_url, RELAY_METRICS_POOL)?;
-            Some(ledger_server::metrics::serve(addr, pool).await?)
+            Some(ledger_server::server::serve_metrics(addr, pool).await?)
         }
         None => None,
     };

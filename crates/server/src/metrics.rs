@@ -1,13 +1,13 @@
 //! Prometheus metrics: what is recorded (requests, latencies, write batches) and the
-//! `/metrics` endpoint of `--metrics-listen`, which samples the gauges (outbox backlog, pool
-//! use) at scrape time.
+//! `/metrics` endpoint of `--metrics-listen`, which has the gauges (outbox backlog, pool use)
+//! sampled at scrape time by the sampler it is given.
 //!
-//! The recorder is process-global (the `metrics` facade has one); it is installed by the first
-//! server started with a metrics address. Without one, recording is a no-op.
+//! A leaf: the other rooms call it, it calls none of them (what it records comes in as plain
+//! numbers). The recorder is process-global (the `metrics` facade has one); it is installed by
+//! the first server started with a metrics address. Without one, recording is a no-op.
 
-use crate::storage::{self, Pool};
-use crate::writer::BatchObserver;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -220,62 +220,70 @@ pub fn read_served(by: &'static str, standby: Option<&str>, passed_over: Option<
     }
 }
 
-/// Records a probe of a standby: its replay (`None`: it did not answer) against the primary's
-/// last sequence (`None`: unknown).
-pub fn standby_sampled(
-    name: &str,
-    sample: Option<storage::replica::Replayed>,
-    primary_sequence: Option<i64>,
-) {
-    let usable = sample.is_some_and(|s| s.in_recovery);
-    metrics::gauge!(STANDBY_UP, "standby" => name.to_owned()).set(f64::from(u8::from(usable)));
-    let Some(s) = sample else { return };
+/// What a probe of a standby found.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StandbySample {
+    /// It answered and is in recovery: usable for as-of reads.
+    pub up: bool,
+    /// Its replay lag in seconds, when it answered with one.
+    pub lag_seconds: Option<f64>,
+    /// The primary's last sequence minus its copy of it, when both answered.
+    pub lag_sequences: Option<i64>,
+}
+
+/// Records a probe of a standby.
+pub fn standby_sampled(name: &str, s: StandbySample) {
+    metrics::gauge!(STANDBY_UP, "standby" => name.to_owned()).set(f64::from(u8::from(s.up)));
     if let Some(lag) = s.lag_seconds {
         metrics::gauge!(STANDBY_LAG_SECONDS, "standby" => name.to_owned()).set(lag.max(0.0));
     }
-    if let Some(head) = primary_sequence {
-        let behind = (head - s.last_sequence).max(0) as f64;
-        metrics::gauge!(STANDBY_LAG_SEQUENCES, "standby" => name.to_owned()).set(behind);
+    if let Some(behind) = s.lag_sequences {
+        metrics::gauge!(STANDBY_LAG_SEQUENCES, "standby" => name.to_owned())
+            .set(behind.max(0) as f64);
     }
 }
 
-/// The writer's hook: batch sizes and results.
-pub fn batch_observer() -> BatchObserver {
-    Arc::new(|size, ok| {
-        metrics::histogram!(BATCH_SIZE).record(size as f64);
-        metrics::counter!(BATCHES, "result" => if ok { "ok" } else { "failed" }).increment(1);
-    })
+/// Records one write batch of `size` requests (the writer's `BatchObserver`).
+pub fn write_batch(size: usize, ok: bool) {
+    metrics::histogram!(BATCH_SIZE).record(size as f64);
+    metrics::counter!(BATCHES, "result" => if ok { "ok" } else { "failed" }).increment(1);
 }
 
-/// Samples the gauges: pool use now, and the outbox backlog (skipped, with a warning, when the
-/// database does not answer in time).
-async fn sample(pool: &Pool) {
-    let s = pool.status();
-    metrics::gauge!(POOL_MAX).set(s.max_size as f64);
-    metrics::gauge!(POOL_OPEN).set(s.size as f64);
-    metrics::gauge!(POOL_IN_USE).set(s.size.saturating_sub(s.available) as f64);
-    metrics::gauge!(POOL_WAITING).set(s.waiting as f64);
-    let backlog = tokio::time::timeout(METRICS_IO_TIMEOUT, async {
-        let client = pool.get().await.map_err(storage::StorageError::from)?;
-        storage::outbox::backlog(&client).await
-    })
-    .await;
-    match backlog {
-        Ok(Ok(b)) => {
-            metrics::gauge!(OUTBOX_BACKLOG).set(b.pending as f64);
-            let age = b.oldest_age.map_or(0.0, |d| d.as_secs_f64());
-            metrics::gauge!(OUTBOX_OLDEST_AGE).set(age);
-        }
-        Ok(Err(e)) => tracing::warn!(error = %e, "metrics: cannot read the outbox backlog"),
-        Err(_) => tracing::warn!("metrics: the outbox backlog query timed out"),
-    }
+/// The database pool's use at one moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolUse {
+    pub max: usize,
+    pub open: usize,
+    pub in_use: usize,
+    pub waiting: usize,
 }
 
-/// Serves `GET /metrics` on `listen` (port 0 picks one) until the task is aborted.
-pub async fn serve(
+/// Records the pool's use now.
+pub fn pool_sampled(p: PoolUse) {
+    metrics::gauge!(POOL_MAX).set(p.max as f64);
+    metrics::gauge!(POOL_OPEN).set(p.open as f64);
+    metrics::gauge!(POOL_IN_USE).set(p.in_use as f64);
+    metrics::gauge!(POOL_WAITING).set(p.waiting as f64);
+}
+
+/// Records the outbox's backlog now: events waiting, and how long the oldest has (`None`:
+/// none waits).
+pub fn outbox_sampled(pending: i64, oldest_age: Option<Duration>) {
+    metrics::gauge!(OUTBOX_BACKLOG).set(pending as f64);
+    let age = oldest_age.map_or(0.0, |d| d.as_secs_f64());
+    metrics::gauge!(OUTBOX_OLDEST_AGE).set(age);
+}
+
+/// Serves `GET /metrics` on `listen` (port 0 picks one) until the task is aborted; `sample`
+/// records the gauges before each scrape (within [`METRICS_IO_TIMEOUT`], its own business).
+pub async fn serve<S, F>(
     listen: SocketAddr,
-    pool: Pool,
-) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    sample: S,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)>
+where
+    S: Fn() -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = ()> + Send,
+{
     let handle = install();
     let listener = TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
@@ -289,9 +297,9 @@ pub async fn serve(
                     Ok((stream, _)) => {
                         // A scraper past the cap is closed at once (limit MAX_METRICS_CONNECTIONS).
                         let Ok(slot) = slots.clone().try_acquire_owned() else { continue };
-                        let (handle, pool) = (handle.clone(), pool.clone());
+                        let (handle, sample) = (handle.clone(), sample.clone());
                         tokio::spawn(async move {
-                            if let Err(e) = answer(stream, handle, pool).await {
+                            if let Err(e) = answer(stream, handle, sample).await {
                                 tracing::debug!(error = %e, "metrics request failed");
                             }
                             drop(slot);
@@ -312,14 +320,18 @@ pub async fn serve(
 /// One HTTP/1.1 connection (hyper's server): `GET /metrics` gets the exposition, anything
 /// else 404 or 405; a request head must arrive within [`METRICS_IO_TIMEOUT`], and every answer
 /// closes the connection (scrapes are seconds apart).
-async fn answer(
+async fn answer<S, F>(
     stream: TcpStream,
     handle: PrometheusHandle,
-    pool: Pool,
-) -> Result<(), hyper::Error> {
+    sample: S,
+) -> Result<(), hyper::Error>
+where
+    S: Fn() -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = ()> + Send,
+{
     let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-        let (handle, pool) = (handle.clone(), pool.clone());
-        async move { Ok::<_, std::convert::Infallible>(exposition(&req, &handle, &pool).await) }
+        let (handle, sample) = (handle.clone(), sample.clone());
+        async move { Ok::<_, std::convert::Infallible>(exposition(&req, &handle, sample).await) }
     });
     hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
@@ -329,14 +341,18 @@ async fn answer(
         .await
 }
 
-async fn exposition(
+async fn exposition<S, F>(
     req: &hyper::Request<hyper::body::Incoming>,
     handle: &PrometheusHandle,
-    pool: &Pool,
-) -> hyper::Response<http_body_util::Full<tonic::codegen::Bytes>> {
+    sample: S,
+) -> hyper::Response<http_body_util::Full<tonic::codegen::Bytes>>
+where
+    S: Fn() -> F,
+    F: Future<Output = ()>,
+{
     let (status, body) = match (req.method(), req.uri().path()) {
         (&hyper::Method::GET, "/metrics") => {
-            sample(pool).await;
+            sample().await;
             handle.run_upkeep();
             (hyper::StatusCode::OK, handle.render())
         }

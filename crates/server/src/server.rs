@@ -3,20 +3,23 @@
 //! stream and response bounds); optionally TLS / mutual TLS and `/metrics`.
 
 use crate::access::auth::{AuthFile, AuthPolicy};
-use crate::access::{Access, AccessState};
+use crate::access::{transport_status, Access, AccessState};
 use crate::grpc::handlers::LedgerGrpc;
 use crate::grpc::pb::ledger_server::LedgerServer;
 use crate::grpc::sized::SizedLedger;
+use crate::metrics::{PoolUse, METRICS_IO_TIMEOUT};
 use crate::service::Ledger;
 use crate::storage::{self, Pool};
 use crate::transport::Transport;
 use crate::tuning::Tuning;
+use crate::writer::BatchObserver;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
-pub use crate::tuning::DRAIN_TIMEOUT;
+pub use crate::access::DRAIN_TIMEOUT;
+pub use crate::transport::TlsPem;
 
 /// How often health re-checks the database.
 pub const HEALTH_PROBE_INTERVAL: Duration = Duration::from_secs(2);
@@ -55,41 +58,6 @@ pub struct OpsOptions {
     /// `--replica-url`: hot standbys that answer the as-of reads they can prove (each URL one
     /// read pool; a URL may name several hosts). Their connections log in as the pool's do.
     pub replica_urls: Vec<String>,
-}
-
-/// TLS material in PEM.
-#[derive(Clone)]
-pub struct TlsPem {
-    pub cert: Vec<u8>,
-    pub key: Vec<u8>,
-    /// When set, clients must present a certificate signed by this CA (mutual TLS).
-    pub client_ca: Option<Vec<u8>>,
-}
-
-impl std::fmt::Debug for TlsPem {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "TlsPem(mutual: {})", self.client_ca.is_some())
-    }
-}
-
-impl TlsPem {
-    /// Reads the PEM files.
-    pub fn load(
-        cert: &std::path::Path,
-        key: &std::path::Path,
-        client_ca: Option<&std::path::Path>,
-    ) -> std::io::Result<TlsPem> {
-        let read = |p: &std::path::Path| {
-            std::fs::read(p).map_err(|e| {
-                std::io::Error::new(e.kind(), format!("cannot read {}: {e}", p.display()))
-            })
-        };
-        Ok(TlsPem {
-            cert: read(cert)?,
-            key: read(key)?,
-            client_ca: client_ca.map(read).transpose()?,
-        })
-    }
 }
 
 /// A running server.
@@ -158,17 +126,21 @@ pub async fn start(opts: ServerOptions) -> Result<RunningServer, crate::BoxError
     let ops = opts.ops;
     let (metrics_addr, metrics_task, observer) = match ops.metrics_listen {
         Some(addr) => {
-            let (addr, task) = crate::metrics::serve(addr, pool.clone()).await?;
-            (
-                Some(addr),
-                Some(task),
-                Some(crate::metrics::batch_observer()),
-            )
+            let (addr, task) = serve_metrics(addr, pool.clone()).await?;
+            let observer: BatchObserver = Arc::new(crate::metrics::write_batch);
+            (Some(addr), Some(task), Some(observer))
         }
         None => (None, None, None),
     };
     let replicas = replicas(&ops, &opts.tuning, &pool)?;
-    let ledger = Arc::new(Ledger::new(pool.clone(), replicas, observer, &opts.tuning).await?);
+    let ledger = Ledger::new(
+        pool.clone(),
+        replicas,
+        observer,
+        opts.tuning.writer,
+        opts.tuning.accounts_cached_max,
+    );
+    let ledger = Arc::new(ledger.await?);
     let expiry_task = start_expiry(&ledger, &opts.tuning).await;
 
     let mtls = ops.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
@@ -195,6 +167,7 @@ pub async fn start(opts: ServerOptions) -> Result<RunningServer, crate::BoxError
         ops.tls.as_ref(),
         opts.tuning.transport.clone(),
         opts.tuning.pool.size,
+        transport_status,
     )?;
     tracing::info!(%local_addr, tls = ops.tls.is_some(), auth = access_enabled, "ledger serving gRPC");
     Ok(RunningServer {
@@ -208,6 +181,41 @@ pub async fn start(opts: ServerOptions) -> Result<RunningServer, crate::BoxError
         transport,
         drain_timeout: opts.tuning.drain_timeout,
     })
+}
+
+/// Serves `/metrics` on `listen` (port 0 picks one) until the task is aborted, the gauges
+/// sampled from `pool` at each scrape (`serve --metrics-listen`, `ledger relay`).
+pub async fn serve_metrics(
+    listen: SocketAddr,
+    pool: Pool,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    crate::metrics::serve(listen, move || {
+        let pool = pool.clone();
+        async move { sample_gauges(&pool).await }
+    })
+    .await
+}
+
+/// Samples the gauges: pool use now, and the outbox backlog (skipped, with a warning, when the
+/// database does not answer within METRICS_IO_TIMEOUT).
+async fn sample_gauges(pool: &Pool) {
+    let s = pool.status();
+    crate::metrics::pool_sampled(PoolUse {
+        max: s.max_size,
+        open: s.size,
+        in_use: s.size.saturating_sub(s.available),
+        waiting: s.waiting,
+    });
+    let backlog = tokio::time::timeout(METRICS_IO_TIMEOUT, async {
+        let client = pool.get().await.map_err(storage::StorageError::from)?;
+        storage::outbox::backlog(&client).await
+    })
+    .await;
+    match backlog {
+        Ok(Ok(b)) => crate::metrics::outbox_sampled(b.pending, b.oldest_age),
+        Ok(Err(e)) => tracing::warn!(error = %e, "metrics: cannot read the outbox backlog"),
+        Err(_) => tracing::warn!("metrics: the outbox backlog query timed out"),
+    }
 }
 
 /// Releases the holds that expired while the server was stopped (before it serves), then

@@ -5,14 +5,12 @@
 //! them and checks the ones that depend on each other. The contract's limits (legs, memo,
 //! page size …) are not knobs: they are in `domain::limits`.
 
+pub use crate::access::DRAIN_TIMEOUT;
 use crate::storage::replica::ReplicaTuning;
 use crate::storage::PoolTuning;
 use crate::transport::TransportLimits;
 use crate::writer::WriterTuning;
 use std::time::Duration;
-
-/// Longest wait for in-flight requests at shutdown (limit DRAIN_TIMEOUT, by default).
-pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The server's knobs.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -15,6 +15,7 @@
 //! A caller may have several token lines (rotation). Pure logic only: no I/O but [`AuthFile::load`].
 
 use crate::grpc::ANONYMOUS;
+pub use crate::grpc::MAX_CALLER_BYTES;
 use ledger_core::hold::LEDGER_CALLER;
 use ledger_core::{LedgerError, Reason};
 use sha2::{Digest, Sha256};
@@ -24,8 +25,6 @@ use std::fmt;
 pub const TOKEN_RANDOM_BYTES: usize = 32;
 /// The prefix of every token (so a leaked one is recognisable in code scanners).
 pub const TOKEN_PREFIX: &str = "ldg_";
-/// Bytes of a caller name.
-pub const MAX_CALLER_BYTES: usize = 128;
 /// Bytes of an `authorization` header value that we look at, at most.
 pub const MAX_AUTHORIZATION_BYTES: usize = 512;
 

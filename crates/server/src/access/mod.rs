@@ -1,8 +1,9 @@
 //! The access layer around the `ledger.v1.Ledger` service: drain refusal, authentication and
 //! roles (sets the [`Caller`] extension), the turn of `List*` calls (`MAX_PAGES_IN_PROGRESS`),
-//! contract errors for transport-level failures (oversized or undecodable requests), and one
-//! metric sample and one debug log line per request (with the code the client got, also when
-//! the transport answered instead: a passed deadline, a full response budget).
+//! contract errors for transport-level failures (oversized or undecodable requests, and the
+//! transport's own errors: [`transport_status`]), and one metric sample and one debug log line
+//! per request (with the code the client got, also when the transport answered instead: a
+//! passed deadline, a full response budget).
 //!
 //! Health and reflection are not wrapped: they stay open.
 
@@ -10,7 +11,7 @@ pub mod auth;
 
 use crate::grpc::status::to_status;
 use crate::grpc::Caller;
-use crate::transport::{Delivery, PeerCertificate, TransportLimits};
+use crate::transport::{Delivery, PeerCertificate, TransportError, TransportLimits};
 use auth::{AuthPolicy, Presented};
 use ledger_core::{LedgerError, Reason};
 use std::future::Future;
@@ -23,6 +24,11 @@ use tonic::body::Body;
 use tonic::codegen::http;
 use tonic::server::NamedService;
 use tonic::Code;
+
+/// Longest wait for in-flight requests at shutdown (limit DRAIN_TIMEOUT, by default): the
+/// drain refuses new requests, waits at most this long for the others, then the transport
+/// closes what is still open.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The methods of `ledger.v1.Ledger` (metric labels are only ever one of these or `unknown`).
 pub const METHODS: [&str; 12] = [
@@ -226,6 +232,36 @@ fn admit(state: &AccessState, req: &http::Request<Body>) -> Result<String, Ledge
     state.policy.authorize(rpc, presented(req))
 }
 
+/// The contract's answer to an error of the transport (handed to it at start): a malformed
+/// `grpc-timeout` is an invalid field, a passed deadline `DEADLINE_EXCEEDED` (the outcome is
+/// unknown), a response over the budget `UNAVAILABLE` (retry later).
+pub fn transport_status(e: TransportError) -> tonic::Status {
+    to_status(transport_error(e))
+}
+
+fn transport_error(e: TransportError) -> LedgerError {
+    match e {
+        TransportError::MalformedTimeout(why) => {
+            LedgerError::new(Reason::InvalidField, why).with("field", "grpc-timeout")
+        }
+        TransportError::DeadlineExceeded(d) if d.by_client => {
+            LedgerError::deadline_exceeded(format!("{:?}, the caller's grpc-timeout", d.after))
+        }
+        TransportError::DeadlineExceeded(d) => LedgerError::deadline_exceeded(format!(
+            "{:?}, the server's limit REQUEST_TIMEOUT",
+            d.after
+        ))
+        .with("limit", "REQUEST_TIMEOUT"),
+        TransportError::OverBudget { bytes, held, limit } => LedgerError::new(
+            Reason::StorageUnavailable,
+            format!(
+                "the server holds {held} bytes of responses its clients have not taken yet; this response of {bytes} bytes is over the limit of {limit} bytes (RESPONSE_BYTES_IN_FLIGHT); retry (with the same idempotency key) later",
+            ),
+        )
+        .with("limit", "RESPONSE_BYTES_IN_FLIGHT"),
+    }
+}
+
 fn header_code(headers: &http::HeaderMap) -> Option<Code> {
     headers
         .get("grpc-status")
@@ -388,6 +424,65 @@ mod tests {
         assert_eq!(method_of("/ledger.v1.Ledger/ListEntries"), "ListEntries");
         assert_eq!(method_of("/ledger.v1.Ledger/Nope"), "unknown");
         assert_eq!(method_of(""), "unknown");
+    }
+
+    #[test]
+    fn a_passed_deadline_says_the_outcome_is_unknown_and_names_who_set_it() {
+        use crate::transport::deadline::Deadline;
+        let client = Deadline::of(Some(b"200m"), Duration::from_secs(15)).unwrap();
+        let e = transport_error(client.exceeded());
+        assert_eq!(e.reason, Reason::DeadlineExceeded);
+        assert!(
+            e.message.contains("200ms, the caller's grpc-timeout"),
+            "{}",
+            e.message
+        );
+        assert!(e.message.contains("unknown") && e.message.contains("same idempotency key"));
+        let server = Deadline::of(None, Duration::from_secs(15))
+            .unwrap()
+            .exceeded();
+        let server = transport_error(server);
+        assert!(
+            server.message.contains("REQUEST_TIMEOUT"),
+            "{}",
+            server.message
+        );
+        assert_eq!(server.metadata["limit"], "REQUEST_TIMEOUT");
+    }
+
+    #[test]
+    fn a_malformed_grpc_timeout_is_an_invalid_field_named_grpc_timeout() {
+        use crate::transport::deadline::Deadline;
+        let e = Deadline::of(Some(b"soon"), Duration::from_secs(15)).unwrap_err();
+        let e = transport_error(e);
+        assert_eq!(e.reason, Reason::InvalidField);
+        assert_eq!(e.metadata["field"], "grpc-timeout");
+        assert!(
+            e.message.starts_with("the grpc-timeout header \"soon\""),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn a_response_over_the_budget_is_unavailable_and_names_the_limit_and_the_bytes() {
+        let e = transport_error(TransportError::OverBudget {
+            bytes: 300,
+            held: 900,
+            limit: 1000,
+        });
+        assert_eq!(e.reason, Reason::StorageUnavailable);
+        assert_eq!(e.metadata["limit"], "RESPONSE_BYTES_IN_FLIGHT");
+        assert_eq!(
+            e.message,
+            "the server holds 900 bytes of responses its clients have not taken yet; this response of 300 bytes is over the limit of 1000 bytes (RESPONSE_BYTES_IN_FLIGHT); retry (with the same idempotency key) later"
+        );
+        let s = transport_status(TransportError::OverBudget {
+            bytes: 300,
+            held: 900,
+            limit: 1000,
+        });
+        assert_eq!(s.code(), Code::Unavailable);
     }
 
     #[test]

@@ -13,9 +13,14 @@ pub use ledger_client::pb;
 /// The encoded descriptor set of `ledger.v1` (served by reflection).
 pub use ledger_client::FILE_DESCRIPTOR_SET;
 
-/// The authenticated caller of a request (set by the auth layer; `anonymous` without one).
+/// The authenticated caller of a request (set by the auth layer; `anonymous` without one):
+/// at most [`MAX_CALLER_BYTES`], as the auth file's names are (`access::auth`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Caller(pub String);
 
 /// The caller name used when authentication is off.
 pub const ANONYMOUS: &str = "anonymous";
+
+/// Bytes of a caller name (limit MAX_CALLER_BYTES): the auth file's names are checked against
+/// it, and every answer's size is bounded with it (`sized.rs`).
+pub const MAX_CALLER_BYTES: usize = 128;

@@ -136,7 +136,7 @@ mod tests {
         let posting = Posting {
             posting_id: uuid::Uuid::now_v7(),
             sequence: u64::MAX,
-            caller: "c".repeat(crate::access::auth::MAX_CALLER_BYTES),
+            caller: "c".repeat(crate::grpc::MAX_CALLER_BYTES),
             idempotency_key: request.idempotency_key.clone(),
             legs: (0..MAX_LEGS)
                 .map(|_| PostedLeg {

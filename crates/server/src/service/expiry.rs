@@ -60,7 +60,7 @@ impl Ledger {
         let client = self.client().await?;
         let (due, now) = storage::holds::due(&client, from, MAX_EXPIRIES_PER_ROUND)
             .await
-            .map_err(super::unavailable)?;
+            .map_err(storage::StorageError::into_ledger_error)?;
         drop(client);
         let commands = due
             .iter()

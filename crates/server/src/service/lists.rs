@@ -3,7 +3,7 @@
 //! totals, a trial balance's totals), authenticated so the server can trust them.
 
 use super::replicas::{at_read, Cut};
-use super::{page_size, unavailable, Ledger};
+use super::{page_size, Ledger};
 use crate::storage::{self, StorageError};
 use ledger_core::account::{validate_prefix, Account};
 use ledger_core::limits::{MAX_LEGS, MAX_TOKEN_TOTALS, MAX_TRIAL_BALANCE_CURRENCIES};
@@ -72,7 +72,7 @@ impl Source for Accounts<'_> {
         let after = after.map(|a| a.code.as_str()).or(self.start.as_deref());
         storage::accounts::list(self.client, self.prefix, after, ask as i64)
             .await
-            .map_err(unavailable)
+            .map_err(StorageError::into_ledger_error)
     }
 }
 
@@ -92,7 +92,7 @@ impl Source for Postings<'_> {
         let after = after.map_or(self.start, |p| p.sequence as i64);
         storage::read::list_postings(self.client, self.account_id, after, ask as i64)
             .await
-            .map_err(unavailable)
+            .map_err(StorageError::into_ledger_error)
     }
 }
 
@@ -115,10 +115,10 @@ impl Source for Balances<'_> {
         let accounts =
             storage::read::accounts_with_legs(self.client, self.prefix, after, through, ask as i64)
                 .await
-                .map_err(unavailable)?;
+                .map_err(StorageError::into_ledger_error)?;
         storage::read::balances(self.client, &accounts, &self.at)
             .await
-            .map_err(unavailable)
+            .map_err(StorageError::into_ledger_error)
     }
 }
 
@@ -358,7 +358,7 @@ impl Ledger {
             Box::pin(async move {
                 storage::read::entries(client, &account, at, from, read)
                     .await
-                    .map_err(unavailable)
+                    .map_err(StorageError::into_ledger_error)
             })
         });
         let (at, rows) = self.read_at(cut, rows).await?;
@@ -404,12 +404,12 @@ async fn trial_totals(
             TOTALS_CHUNK,
         )
         .await
-        .map_err(unavailable)?;
+        .map_err(StorageError::into_ledger_error)?;
         let Some(last) = chunk.last() else { break };
         cursor = Some(last.code.clone());
         for b in storage::read::balances(client, &chunk, at)
             .await
-            .map_err(unavailable)?
+            .map_err(StorageError::into_ledger_error)?
         {
             let t = totals.entry((b.currency.clone(), b.scale)).or_default();
             t[0] += b.debits;

@@ -8,7 +8,7 @@ pub mod lists;
 pub mod replicas;
 
 use crate::storage::{self, accounts::Created, Pool, StorageError};
-use crate::writer::{BatchObserver, Writer};
+use crate::writer::{BatchObserver, Writer, WriterTuning};
 use ledger_core::account::AccountCache;
 use ledger_core::account::{validate_code, Metadata};
 use ledger_core::amount::format_minor;
@@ -34,10 +34,11 @@ pub struct Ledger {
     replicas: Arc<Replicas>,
 }
 
-/// A storage failure as the caller's answer: `JOURNAL_CORRUPT` for a row that breaks an
-/// invariant (only this request fails), `UNAVAILABLE` otherwise.
+/// A storage failure as `UNAVAILABLE`, whatever it was (no connection to be had: the caller
+/// retries). What a read or a write met in the journal is answered by
+/// [`StorageError::into_ledger_error`] instead: a corrupt row is `JOURNAL_CORRUPT`.
 pub(crate) fn unavailable(e: StorageError) -> LedgerError {
-    e.into_ledger_error()
+    LedgerError::unavailable(e)
 }
 
 /// A page size as requested (0: the default), checked against the limit.
@@ -55,18 +56,21 @@ pub fn page_size(requested: u32) -> Result<i64, LedgerError> {
 }
 
 impl Ledger {
-    /// A ledger over a migrated database, reading at cut-offs from `replicas` where they can.
+    /// A ledger over a migrated database, reading at cut-offs from `replicas` where they can,
+    /// its writer tuned by `writer`, at most `accounts_cached_max` accounts in memory
+    /// (`MAX_CACHED_ACCOUNTS`).
     pub async fn new(
         pool: Pool,
         replicas: Arc<Replicas>,
         observer: Option<BatchObserver>,
-        tuning: &crate::tuning::Tuning,
+        writer: WriterTuning,
+        accounts_cached_max: usize,
     ) -> Result<Ledger, StorageError> {
         let client = pool.get().await?;
         let page_key = storage::read::page_token_key(&client).await?;
         drop(client);
-        let accounts = Arc::new(RwLock::new(AccountCache::new(tuning.accounts_cached_max)));
-        let writer = Writer::spawn(pool.clone(), accounts.clone(), observer, tuning.writer);
+        let accounts = Arc::new(RwLock::new(AccountCache::new(accounts_cached_max)));
+        let writer = Writer::spawn(pool.clone(), accounts.clone(), observer, writer);
         Ok(Ledger {
             pool,
             writer,
@@ -106,7 +110,7 @@ impl Ledger {
         let mut client = self.client().await?;
         match storage::accounts::create(&mut client, &new)
             .await
-            .map_err(unavailable)?
+            .map_err(StorageError::into_ledger_error)?
         {
             Created::New(a) => Ok((a, true)),
             Created::Existing(a) => {
@@ -147,7 +151,7 @@ impl Ledger {
             let client = self.client().await?;
             let loaded = storage::accounts::get_many(&client, &missing)
                 .await
-                .map_err(unavailable)?;
+                .map_err(StorageError::into_ledger_error)?;
             for a in &loaded {
                 found.insert(a.code.clone(), a.clone());
             }
@@ -208,7 +212,7 @@ impl Ledger {
         let client = self.client().await?;
         storage::read::posting_by_id(&client, id)
             .await
-            .map_err(unavailable)?
+            .map_err(StorageError::into_ledger_error)?
             .ok_or_else(|| ledger_core::posting::posting_not_found(id))
     }
 
@@ -242,7 +246,7 @@ impl Ledger {
         let client = self.client().await?;
         let mut then = storage::read::postings_at(&client, &[p.sequence as i64], Some(&at))
             .await
-            .map_err(unavailable)?;
+            .map_err(StorageError::into_ledger_error)?;
         Ok(then.pop().expect("the posting exists"))
     }
 
@@ -257,7 +261,7 @@ impl Ledger {
         let client = self.client().await?;
         let found = storage::read::posting_by_key(&client, caller, key)
             .await
-            .map_err(unavailable)?;
+            .map_err(StorageError::into_ledger_error)?;
         drop(client);
         match found {
             Some(Ok(p)) => self.at_cut_off(p, as_of).await,
@@ -278,7 +282,7 @@ impl Ledger {
         let mut client = self.client().await?;
         storage::read::resolve_as_of(&mut client, as_of)
             .await
-            .map_err(unavailable)?
+            .map_err(StorageError::into_ledger_error)?
     }
 
     /// An account's balance at a cut-off.
@@ -289,7 +293,7 @@ impl Ledger {
             Box::pin(async move {
                 storage::read::balances(c, std::slice::from_ref(&account), at)
                     .await
-                    .map_err(unavailable)
+                    .map_err(StorageError::into_ledger_error)
             })
         });
         let (_, mut b) = self.read_at(Cut::Requested(as_of), read).await?;
@@ -300,4 +304,29 @@ impl Ledger {
 /// Renders minor units at a scale (re-exported for adapters).
 pub fn render(minor: i128, scale: u8) -> String {
     format_minor(minor, scale)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unavailable_answers_unavailable_for_every_storage_failure_and_a_read_says_journal_corrupt_for_a_corrupt_row(
+    ) {
+        let failures = [
+            StorageError::Pool("timed out waiting for a connection".into()),
+            StorageError::Config("no host".into()),
+            StorageError::corrupt_posting(7, "no legs"),
+            StorageError::corrupt_account("a:b", "negative totals"),
+        ];
+        for e in failures {
+            let shown = e.to_string();
+            let answer = unavailable(e);
+            assert_eq!(answer.reason, Reason::StorageUnavailable, "{shown}");
+            assert!(answer.message.contains(&shown), "{}", answer.message);
+        }
+        let read = StorageError::corrupt_posting(7, "no legs").into_ledger_error();
+        assert_eq!(read.reason, Reason::JournalCorrupt);
+        assert_eq!(read.metadata["sequence"], "7");
+    }
 }

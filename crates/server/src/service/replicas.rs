@@ -16,7 +16,8 @@
 //! or wait longer than its named limits. A probe samples every standby's replay (lag in
 //! seconds and in sequences, for the metrics) every `REPLICA_PROBE_INTERVAL`.
 
-use super::{unavailable, Ledger};
+use super::Ledger;
+use crate::metrics::StandbySample;
 use crate::storage::replica::{self, ReplicaPool, ReplicaTuning};
 use crate::storage::{self, Conn, Pool};
 use ledger_core::record::{AppliedAsOf, AsOf};
@@ -122,7 +123,7 @@ async fn probe(replicas: std::sync::Weak<Replicas>, primary: Pool) {
             if s.usable.swap(usable, Ordering::Relaxed) != usable {
                 tracing::info!(standby = %s.pool.name, usable, limit = ?limit, "standby for as-of reads (REPLICA_CONNECT_TIMEOUT)");
             }
-            crate::metrics::standby_sampled(&s.pool.name, sample, head);
+            crate::metrics::standby_sampled(&s.pool.name, standby_sample(sample, head));
         }
         let interval = r.tuning.probe_interval;
         drop(r);
@@ -179,6 +180,16 @@ impl Ledger {
     }
 }
 
+/// A probe's findings for the metrics: the standby's replay (`None`: it did not answer)
+/// against the primary's last sequence (`None`: unknown).
+fn standby_sample(sample: Option<replica::Replayed>, head: Option<i64>) -> StandbySample {
+    StandbySample {
+        up: sample.is_some_and(|s| s.in_recovery),
+        lag_seconds: sample.and_then(|s| s.lag_seconds),
+        lag_sequences: sample.zip(head).map(|(s, head)| head - s.last_sequence),
+    }
+}
+
 /// The read on `standby`, if it proves it has replayed `cut` (`None`: it has not). A standby
 /// that fails is passed over until the probe finds it well again.
 async fn on_standby<T, F>(
@@ -192,7 +203,7 @@ where
 {
     let passed_over = |e: storage::StorageError| {
         standby.usable.store(false, Ordering::Relaxed);
-        unavailable(e)
+        e.into_ledger_error()
     };
     let client = standby
         .pool
@@ -221,5 +232,34 @@ where
             }
             Err(e)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_standby_is_up_only_in_recovery_and_lags_by_the_primarys_head_less_its_copy() {
+        let replayed = |in_recovery| replica::Replayed {
+            last_sequence: 7,
+            in_recovery,
+            lag_seconds: Some(1.5),
+        };
+        let s = standby_sample(Some(replayed(true)), Some(10));
+        assert_eq!(
+            s,
+            StandbySample {
+                up: true,
+                lag_seconds: Some(1.5),
+                lag_sequences: Some(3)
+            }
+        );
+        assert!(!standby_sample(Some(replayed(false)), Some(10)).up);
+        assert_eq!(
+            standby_sample(Some(replayed(true)), None).lag_sequences,
+            None
+        );
+        assert_eq!(standby_sample(None, Some(10)), StandbySample::default());
     }
 }

@@ -35,6 +35,13 @@ pub const POOL_WAIT_TIMEOUT: std::time::Duration = std::time::Duration::from_sec
 /// (limit DB_CONNECT_TIMEOUT).
 pub const DB_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// Longest a batch's transaction may wait on its connection before PostgreSQL ends it (limit
+/// BATCH_IDLE_TIMEOUT, the transaction's `idle_in_transaction_session_timeout`): a writer
+/// whose connection went silent mid-batch (a network black hole) holds the ledger's write lock
+/// until then; the next batch takes it on a fresh connection. Longer than a batch may take
+/// (`BATCH_TIMEOUT`, 10 s), whose own end detaches the connection first.
+pub const BATCH_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+
 /// The database pool's knobs (part of `crate::tuning::Tuning`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PoolTuning {

@@ -3,13 +3,13 @@
 //! idle, or does not take a response in time.
 
 use super::deadline::Deadline;
+use super::error::StatusOf;
 use super::response::{self, Delivery, HeldBody, Slot};
 use super::tls::{peer_certificate, PeerCertificate};
 use super::{
     Phase, Shared, TransportLimits, Warn, CLOSE_GRACE, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT,
     MAX_HEADER_LIST_BYTES, SEND_BUFFER_BYTES,
 };
-use crate::grpc::status::to_status;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use std::convert::Infallible;
@@ -324,12 +324,13 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
         let deadline = Deadline::of(header, self.shared.limits.request_timeout);
         let routes = self.shared.routes.clone();
         let budget = self.shared.budget.clone();
+        let status_of = self.shared.status_of;
         Box::pin(async move {
             let resp = match deadline {
-                Ok(deadline) => answer(routes, req, deadline, &delivery).await,
-                Err(e) => to_status(e).into_http(),
+                Ok(deadline) => answer(routes, req, deadline, &delivery, status_of).await,
+                Err(e) => status_of(e).into_http(),
             };
-            Ok(response::hold(resp, &budget, stream, delivery).await)
+            Ok(response::hold(resp, &budget, stream, delivery, status_of).await)
         })
     }
 }
@@ -341,6 +342,7 @@ async fn answer(
     req: Request<Body>,
     deadline: Deadline,
     delivery: &Delivery,
+    status_of: StatusOf,
 ) -> Response<Body> {
     let call = async move {
         let ready = std::future::poll_fn(|cx| {
@@ -360,7 +362,7 @@ async fn answer(
         _ = tokio::time::sleep(deadline.after) => {
             // Before the call (and the access layer's probe in it) is dropped, below.
             delivery.replace(Code::DeadlineExceeded);
-            to_status(deadline.exceeded()).into_http()
+            status_of(deadline.exceeded()).into_http()
         }
     }
 }

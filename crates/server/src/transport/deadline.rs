@@ -1,9 +1,9 @@
 //! A call's deadline: the client's `grpc-timeout`, at most the server's `REQUEST_TIMEOUT`.
-//! Pure: the header's grammar and the error a passed deadline is answered with. The transport
-//! applies it to every call, of every service (as tonic's server did, but answering
-//! `DEADLINE_EXCEEDED` with the ledger's `ErrorInfo` instead of `CANCELLED`).
+//! Pure: the header's grammar and the error a passed deadline is. The transport applies it to
+//! every call, of every service (as tonic's server did, but answering `DEADLINE_EXCEEDED`
+//! with the contract's `ErrorInfo`, mapped by the layer above, instead of `CANCELLED`).
 
-use ledger_core::{LedgerError, Reason};
+use super::error::TransportError;
 use std::time::Duration;
 
 /// How long a call may take, and who set that.
@@ -17,11 +17,14 @@ pub struct Deadline {
 impl Deadline {
     /// The deadline of a call with this `grpc-timeout` header (if any) on a server whose
     /// limit is `request_timeout`; a malformed header is refused, naming the grammar.
-    pub fn of(header: Option<&[u8]>, request_timeout: Duration) -> Result<Deadline, LedgerError> {
+    pub fn of(
+        header: Option<&[u8]>,
+        request_timeout: Duration,
+    ) -> Result<Deadline, TransportError> {
         let client = header
             .map(parse_grpc_timeout)
             .transpose()
-            .map_err(|e| LedgerError::new(Reason::InvalidField, e).with("field", "grpc-timeout"))?;
+            .map_err(TransportError::MalformedTimeout)?;
         Ok(match client {
             Some(t) if t < request_timeout => Deadline {
                 after: t,
@@ -34,18 +37,9 @@ impl Deadline {
         })
     }
 
-    /// The answer once the deadline passed: the outcome of a write is unknown, and a retry with
-    /// the same idempotency key is safe.
-    pub fn exceeded(&self) -> LedgerError {
-        if self.by_client {
-            LedgerError::deadline_exceeded(format!("{:?}, the caller's grpc-timeout", self.after))
-        } else {
-            LedgerError::deadline_exceeded(format!(
-                "{:?}, the server's limit REQUEST_TIMEOUT",
-                self.after
-            ))
-            .with("limit", "REQUEST_TIMEOUT")
-        }
+    /// The error once the deadline passed.
+    pub fn exceeded(&self) -> TransportError {
+        TransportError::DeadlineExceeded(*self)
     }
 }
 
@@ -117,29 +111,9 @@ mod tests {
         let d = Deadline::of(None, server).unwrap();
         assert_eq!((d.after, d.by_client), (server, false));
         let e = Deadline::of(Some(b"soon"), server).unwrap_err();
-        assert_eq!(e.reason, Reason::InvalidField);
-        assert_eq!(e.metadata["field"], "grpc-timeout");
-    }
-
-    #[test]
-    fn a_passed_deadline_says_the_outcome_is_unknown_and_names_who_set_it() {
-        let client = Deadline::of(Some(b"200m"), Duration::from_secs(15)).unwrap();
-        let e = client.exceeded();
-        assert_eq!(e.reason, Reason::DeadlineExceeded);
         assert!(
-            e.message.contains("200ms, the caller's grpc-timeout"),
-            "{}",
-            e.message
+            matches!(&e, TransportError::MalformedTimeout(why) if why.contains("grpc-timeout")),
+            "{e:?}"
         );
-        assert!(e.message.contains("unknown") && e.message.contains("same idempotency key"));
-        let server = Deadline::of(None, Duration::from_secs(15))
-            .unwrap()
-            .exceeded();
-        assert!(
-            server.message.contains("REQUEST_TIMEOUT"),
-            "{}",
-            server.message
-        );
-        assert_eq!(server.metadata["limit"], "REQUEST_TIMEOUT");
     }
 }

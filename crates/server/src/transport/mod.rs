@@ -12,15 +12,16 @@
 
 mod conn;
 pub mod deadline;
+mod error;
 mod files;
 mod response;
 mod tls;
 
+pub use error::{StatusOf, TransportError};
 pub use files::connection_cap;
 pub use response::Delivery;
-pub use tls::PeerCertificate;
+pub use tls::{PeerCertificate, TlsPem};
 
-use crate::server::TlsPem;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
@@ -50,8 +51,8 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Longest a ledger call may take when its client sends no deadline (limit REQUEST_TIMEOUT);
 /// a client's `grpc-timeout` applies when it is shorter. Longer than a healthy call ever
 /// takes, and than a write batch may (`BATCH_TIMEOUT`, 10 s, answers by itself first);
-/// shorter than [`crate::server::DRAIN_TIMEOUT`] (20 s), so a call in flight when the
-/// shutdown begins ends within the drain.
+/// shorter than the drain at shutdown (`DRAIN_TIMEOUT`, 20 s, checked by `Tuning`), so a call
+/// in flight when the shutdown begins ends within the drain.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Longest a response may wait for its client to take it (limit RESPONSE_SEND_TIMEOUT),
@@ -119,9 +120,7 @@ pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// (limit WARN_INTERVAL): a flood of refusals must not become a flood of log lines.
 pub const WARN_INTERVAL: Duration = Duration::from_secs(10);
 
-// A call in flight when the drain begins ends within it, and the budget holds the largest
-// response: checked when the crate builds.
-const _: () = assert!(REQUEST_TIMEOUT.as_millis() < crate::server::DRAIN_TIMEOUT.as_millis());
+// The budget holds the largest response: checked when the crate builds.
 const _: () = assert!(RESPONSE_BYTES_IN_FLIGHT >= MAX_RESPONSE_BYTES);
 
 /// The transport's limits (part of `crate::tuning::Tuning`). `Default` is the constants
@@ -222,6 +221,8 @@ struct Shared {
     http2: hyper::server::conn::http2::Builder<hyper_util::rt::TokioExecutor>,
     tls: Option<tokio_rustls::TlsAcceptor>,
     budget: Arc<response::Budget>,
+    /// How the transport's own errors are answered.
+    status_of: StatusOf,
     warnings: [Mutex<Throttle>; 4],
 }
 
@@ -267,14 +268,16 @@ pub struct Transport {
     pub connection_cap: usize,
 }
 
-/// Serves `routes` on `listener` (over TLS with `tls`) until [`Transport::close`].
-/// `pool_size` is the database pool's size, whose sockets need room under the file limit.
+/// Serves `routes` on `listener` (over TLS with `tls`) until [`Transport::close`], answering
+/// its own errors with `status_of`. `pool_size` is the database pool's size, whose sockets
+/// need room under the file limit.
 pub fn spawn(
     listener: TcpListener,
     routes: tonic::service::Routes,
     tls: Option<&TlsPem>,
     limits: TransportLimits,
     pool_size: usize,
+    status_of: StatusOf,
 ) -> Result<Transport, String> {
     limits.check()?;
     let open_files = files::raise_open_file_limit();
@@ -289,6 +292,7 @@ pub fn spawn(
         http2: conn::http2_builder(&limits),
         tls: tls.map(tls::acceptor).transpose()?,
         budget: Arc::new(response::Budget::new(limits.response_bytes_in_flight)),
+        status_of,
         warnings: Default::default(),
         routes,
         limits,

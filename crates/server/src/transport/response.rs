@@ -6,10 +6,9 @@
 //! could ever fire, while the connection's own timer always does.
 
 use super::conn::StreamGuard;
+use super::error::{StatusOf, TransportError};
 use super::RESPONSE_CHUNK_BYTES;
-use crate::grpc::status::to_status;
 use http_body::{Body as _, Frame};
-use ledger_core::{LedgerError, Reason};
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
@@ -84,6 +83,8 @@ impl Delivery {
 pub(super) struct Slot {
     state: Mutex<Held>,
     budget: Arc<Budget>,
+    /// How a response refused mid-way is answered.
+    status_of: StatusOf,
 }
 
 struct Held {
@@ -219,16 +220,12 @@ fn trailers_of(status: &tonic::Status) -> HeaderMap {
 }
 
 /// Why the transport refuses a response: the budget is full.
-fn over_budget(bytes: usize, budget: &Budget) -> LedgerError {
-    LedgerError::new(
-        Reason::StorageUnavailable,
-        format!(
-            "the server holds {} bytes of responses its clients have not taken yet; this response of {bytes} bytes is over the limit of {} bytes (RESPONSE_BYTES_IN_FLIGHT); retry (with the same idempotency key) later",
-            budget.held(),
-            budget.limit
-        ),
-    )
-    .with("limit", "RESPONSE_BYTES_IN_FLIGHT")
+fn over_budget(bytes: usize, budget: &Budget) -> TransportError {
+    TransportError::OverBudget {
+        bytes,
+        held: budget.held(),
+        limit: budget.limit,
+    }
 }
 
 /// Encodes a handler's response now and holds it in a slot the connection can see; a response
@@ -238,6 +235,7 @@ pub(super) async fn hold(
     budget: &Arc<Budget>,
     stream: StreamGuard,
     delivery: Delivery,
+    status_of: StatusOf,
 ) -> Response<HeldBody> {
     let (parts, body) = resp.into_parts();
     let mut held = Held::new(body, delivery);
@@ -251,7 +249,7 @@ pub(super) async fn hold(
     } else {
         let refusal = over_budget(held.uncounted, budget);
         held.drop_all(budget, Code::Unavailable);
-        let (parts, body) = to_status(refusal).into_http::<Body>().into_parts();
+        let (parts, body) = status_of(refusal).into_http::<Body>().into_parts();
         let mut empty = Held::new(body, held.delivery.clone());
         empty.fill(&mut Context::from_waker(std::task::Waker::noop()));
         (parts, empty)
@@ -260,6 +258,7 @@ pub(super) async fn hold(
     let slot = Arc::new(Slot {
         state: Mutex::new(held),
         budget: budget.clone(),
+        status_of,
     });
     stream.conn().register(&slot);
     Response::from_parts(
@@ -349,7 +348,7 @@ impl http_body::Body for HeldBody {
             if !s.count_new(&slot.budget) {
                 let refusal = over_budget(s.uncounted, &slot.budget);
                 s.drop_all(&slot.budget, Code::Unavailable);
-                s.trailers = Some(trailers_of(&to_status(refusal)));
+                s.trailers = Some(trailers_of(&(slot.status_of)(refusal)));
             }
         };
         s.mark(Instant::now());

@@ -1,12 +1,46 @@
-//! TLS and mutual TLS with rustls: the server's identity, the client CA, and the verified
-//! client certificate handed to the access layer.
+//! TLS and mutual TLS with rustls: the server's identity, the client CA ([`TlsPem`]), and the
+//! verified client certificate handed to the access layer.
 
-use crate::server::TlsPem;
 use std::sync::Arc;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::server::WebPkiClientVerifier;
 use tokio_rustls::rustls::{RootCertStore, ServerConfig};
+
+/// TLS material in PEM.
+#[derive(Clone)]
+pub struct TlsPem {
+    pub cert: Vec<u8>,
+    pub key: Vec<u8>,
+    /// When set, clients must present a certificate signed by this CA (mutual TLS).
+    pub client_ca: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for TlsPem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TlsPem(mutual: {})", self.client_ca.is_some())
+    }
+}
+
+impl TlsPem {
+    /// Reads the PEM files.
+    pub fn load(
+        cert: &std::path::Path,
+        key: &std::path::Path,
+        client_ca: Option<&std::path::Path>,
+    ) -> std::io::Result<TlsPem> {
+        let read = |p: &std::path::Path| {
+            std::fs::read(p).map_err(|e| {
+                std::io::Error::new(e.kind(), format!("cannot read {}: {e}", p.display()))
+            })
+        };
+        Ok(TlsPem {
+            cert: read(cert)?,
+            key: read(key)?,
+            client_ca: client_ca.map(read).transpose()?,
+        })
+    }
+}
 
 /// The verified client certificate of a mutual-TLS connection (DER), a request extension of
 /// every request on it; the access layer names the caller after it.

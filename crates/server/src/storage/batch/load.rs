@@ -263,7 +263,7 @@ async fn first_round_trip(
     let totals_params: [&(dyn ToSql + Sync); 1] = [&ids];
     let expiring_params: [&(dyn ToSql + Sync); 2] = [&ids, &(requests.len() as i64)];
     let (_, claim, _, state, _, totals, accounts, targets, expiring) = futures_util::try_join!(
-        client.batch_execute(BEGIN_SQL),
+        client.batch_execute(&BEGIN_SQL),
         client.query(&claim_st, &claim_params),
         client.execute(&lock_st, &lock_params),
         client.query_one(&state_st, &[]),

@@ -30,6 +30,9 @@ mod write;
 pub use load::load;
 pub use write::write;
 
+use super::BATCH_IDLE_TIMEOUT;
+use std::sync::LazyLock;
+
 /// Ends the batch's transaction without writing (after a failure, or a plan that refused
 /// requests unbound), so the connection is clean for the next batch.
 pub async fn rollback(client: &deadpool_postgres::Client) {
@@ -38,13 +41,18 @@ pub async fn rollback(client: &deadpool_postgres::Client) {
 
 /// Opens the batch transaction. If the writer's connection goes silent mid-batch (a network
 /// black hole), the server ends the transaction by itself after
-/// `idle_in_transaction_session_timeout` (limit `BATCH_IDLE_TIMEOUT`, 15 s), releasing the
+/// `idle_in_transaction_session_timeout` ([`BATCH_IDLE_TIMEOUT`], 15 s), releasing the
 /// ledger's write lock for the next batch on a fresh connection.
 ///
 /// It also switches the transaction to generic plans ([`GENERIC_PLANS`]) for the claim, the
 /// lock and the state row that follow; [`CUSTOM_PLANS`] switches back before any statement
 /// that reads a growing table.
-const BEGIN_SQL: &str = "BEGIN; SET LOCAL idle_in_transaction_session_timeout = '15s'; SET LOCAL plan_cache_mode = force_generic_plan";
+static BEGIN_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "BEGIN; SET LOCAL idle_in_transaction_session_timeout = '{}ms'; SET LOCAL plan_cache_mode = force_generic_plan",
+        BATCH_IDLE_TIMEOUT.as_millis()
+    )
+});
 
 /// Plans: statements that read no growing table (the claim, whose only reads are its own
 /// arguments and rows; the legs, rejections and outbox inserts from `unnest`, which no foreign
