@@ -6,7 +6,12 @@ use prost::Message;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=../../proto");
-    let fds = protox::compile(["ledger/v1/ledger.proto"], ["../../proto"])?;
+    // error_reason.proto is imported by no message (ErrorInfo.reason is a string), so it is
+    // named here: its enum is `pb::ErrorReason` and reflection serves it.
+    let fds = protox::compile(
+        ["ledger/v1/ledger.proto", "ledger/v1/error_reason.proto"],
+        ["../../proto"],
+    )?;
     let server = std::env::var_os("CARGO_FEATURE_SERVER").is_some();
     if server {
         let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
