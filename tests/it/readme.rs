@@ -314,3 +314,61 @@ fn the_error_guide_lists_every_reason_under_its_grpc_code() {
         );
     }
 }
+
+/// The comment of each value of the proto's `enum ErrorReason`, by value name: the lines
+/// between the value before it and it, joined with spaces.
+fn error_reason_comments() -> Vec<(String, String)> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("proto/ledger/v1/error_reason.proto");
+    let text = std::fs::read_to_string(path).expect("the proto is readable");
+    let body = text
+        .split_once("enum ErrorReason {")
+        .and_then(|(_, rest)| rest.split_once('}'))
+        .map(|(body, _)| body)
+        .expect("error_reason.proto has enum ErrorReason { … }");
+    let mut out = Vec::new();
+    let mut comment: Vec<&str> = Vec::new();
+    for line in body.lines().map(str::trim) {
+        if let Some(c) = line.strip_prefix("//") {
+            comment.push(c.trim());
+        } else if let Some((name, _)) = line.split_once(" = ") {
+            out.push((name.to_owned(), comment.join(" ")));
+            comment.clear();
+        }
+    }
+    out
+}
+
+#[test]
+fn the_proto_says_of_each_reason_its_grpc_code_and_whether_it_binds_the_key() {
+    use ledger_core::error::ALL_REASONS;
+    let comments = error_reason_comments();
+    assert_eq!(
+        comments.len(),
+        ALL_REASONS.len() + 1,
+        "the zero value and every reason"
+    );
+    for reason in ALL_REASONS {
+        let comment = comments
+            .iter()
+            .find(|(name, _)| name == reason.as_str())
+            .map(|(_, c)| c.as_str())
+            .unwrap_or_else(|| panic!("error_reason.proto has no comment for {reason:?}"));
+        let code = code_name(ledger_server::grpc::status::code(reason.class()));
+        assert!(
+            comment.starts_with(&format!("{code}. ")),
+            "{}'s comment starts with its code {code}: {comment}",
+            reason.as_str()
+        );
+        let binds = ledger_core::LedgerError::new(*reason, "").binds_key();
+        let says = (
+            comment.contains("Binds the idempotency key"),
+            comment.contains("Binds no key"),
+        );
+        assert_eq!(
+            says,
+            (binds, !binds),
+            "{}'s comment says whether it binds the key (it does: {binds}): {comment}",
+            reason.as_str()
+        );
+    }
+}

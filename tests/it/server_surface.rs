@@ -96,3 +96,41 @@ async fn health_reports_serving_once_the_database_answers() {
         );
     }
 }
+
+#[tokio::test]
+async fn reflection_describes_the_error_reason_enum_with_every_reason() {
+    use prost::Message;
+    use tonic_reflection::pb::v1 as r;
+    let t = TestLedger::start().await;
+    let addr = t.server.as_ref().unwrap().local_addr;
+    let ch = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = r::server_reflection_client::ServerReflectionClient::new(ch);
+    let request = r::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(
+            r::server_reflection_request::MessageRequest::FileContainingSymbol(
+                "ledger.v1.ErrorReason".into(),
+            ),
+        ),
+    };
+    let mut stream = client
+        .server_reflection_info(futures_util::stream::iter([request]))
+        .await
+        .unwrap()
+        .into_inner();
+    let answer = stream.message().await.unwrap().unwrap().message_response;
+    let Some(r::server_reflection_response::MessageResponse::FileDescriptorResponse(f)) = answer
+    else {
+        panic!("reflection does not describe ledger.v1.ErrorReason: {answer:?}");
+    };
+    let file = prost_types::FileDescriptorProto::decode(&f.file_descriptor_proto[0][..]).unwrap();
+    assert_eq!(file.name(), "ledger/v1/error_reason.proto");
+    let values: Vec<&str> = file.enum_type[0].value.iter().map(|v| v.name()).collect();
+    let mut want = vec!["ERROR_REASON_UNSPECIFIED"];
+    want.extend(ledger_core::error::ALL_REASONS.iter().map(|r| r.as_str()));
+    assert_eq!(values, want);
+}

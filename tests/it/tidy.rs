@@ -2,7 +2,8 @@
 //! only storage speaks to the database driver; the domain knows nothing of async, transport
 //! or SQL; configuration comes from the command line, not from the environment read here and
 //! there; the journal is written by the writer's batch alone (and by the fixtures allowed by
-//! name below); a panic in a release build aborts. And `ARCHITECTURE.md` stays short and
+//! name below); a panic in a release build aborts; no reason is written as a string (the
+//! proto's `enum ErrorReason` is the one list). And `ARCHITECTURE.md` stays short and
 //! true: at most [`ARCHITECTURE_MAX_LINES`] lines, every invariant names its tests, and every
 //! test it names exists.
 
@@ -228,6 +229,87 @@ fn a_panic_in_a_release_build_aborts_the_process() {
         release.contains(&r#"panic = "abort""#),
         "Cargo.toml's [profile.release] must say panic = \"abort\"; it has: {release:?}"
     );
+}
+
+/// The code lines of a file outside its `#[cfg(test)] mod … { … }` blocks, numbered from 1.
+fn production_code(text: &str) -> Vec<(usize, &str)> {
+    let mut out = Vec::new();
+    let mut lines = code(text).peekable();
+    while let Some((n, line)) = lines.next() {
+        let test_mod = line.trim() == "#[cfg(test)]"
+            && lines.peek().is_some_and(|(_, next)| {
+                next.trim_start().starts_with("mod ") && next.ends_with('{')
+            });
+        if !test_mod {
+            out.push((n, line));
+            continue;
+        }
+        let (_, header) = lines.next().unwrap();
+        let indent = &header[..header.len() - header.trim_start().len()];
+        let close = format!("{indent}}}");
+        lines.by_ref().find(|(_, l)| *l == close);
+    }
+    out
+}
+
+/// `file:line: text` of every production code line of a file that writes a reason's name as a
+/// string, unless `allowed` names that file and reason.
+fn reason_literals(file: &str, text: &str, allowed: &[(&str, &str, &str)]) -> Vec<String> {
+    let names = ledger_core::error::ALL_REASONS.iter().map(|r| r.as_str());
+    let quoted: Vec<(&str, String)> = names.map(|n| (n, format!("\"{n}\""))).collect();
+    let mut out = Vec::new();
+    for (n, line) in production_code(text) {
+        let hit = quoted.iter().any(|(name, q)| {
+            line.contains(q.as_str()) && !allowed.iter().any(|(f, a, _)| *f == file && a == name)
+        });
+        if hit {
+            out.push(format!("{file}:{n}: {}", line.trim()));
+        }
+    }
+    out
+}
+
+/// The reasons are one enum of the contract (`enum ErrorReason`,
+/// `proto/ledger/v1/error_reason.proto`), generated for the core (its build.rs) and the
+/// client (prost): no list of reason strings is written in Rust again. A reason's name as a
+/// string literal is allowed in test code, and where it names something else.
+#[test]
+fn no_reason_is_spelled_as_a_string_outside_tests_and_generated_code() {
+    let allowed = [
+        (
+            "crates/server/src/metrics.rs",
+            "DEADLINE_EXCEEDED",
+            "a gRPC code's name (a metric label), spelled as the reason is",
+        ),
+        (
+            "crates/server/src/metrics.rs",
+            "PERMISSION_DENIED",
+            "likewise",
+        ),
+        (
+            "crates/server/src/metrics.rs",
+            "UNAUTHENTICATED",
+            "likewise",
+        ),
+    ];
+    let bad: Vec<String> = sources()
+        .iter()
+        .flat_map(|(file, text)| reason_literals(file, text, &allowed))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "reason names written as strings (name the generated `Reason`, whose `as_str` is the \
+         proto's):\n{}",
+        bad.join("\n")
+    );
+    // The check sees what it guards: the list as it was written before, in production code
+    // and not in a test module.
+    let list = "reasons! {\n    Unbalanced => \"UNBALANCED\",\n}\n";
+    assert_eq!(reason_literals("x.rs", list, &allowed).len(), 1);
+    let in_test = format!("#[cfg(test)]\nmod tests {{\n    {list}}}\nfn f() {{}}\n");
+    assert!(reason_literals("x.rs", &in_test, &allowed).is_empty());
+    let after_test = format!("{in_test}{list}");
+    assert_eq!(reason_literals("x.rs", &after_test, &allowed).len(), 1);
 }
 
 /// Longest `ARCHITECTURE.md` may grow: a bird's-eye view, a code map and the rules; history

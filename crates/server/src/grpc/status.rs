@@ -55,6 +55,11 @@ mod tests {
             let s = to_status(LedgerError::new(r, "msg").with("field", "memo"));
             let info = s.get_details_error_info().expect("error info");
             assert_eq!(info.reason, r.as_str());
+            assert!(
+                ledger_client::pb::ErrorReason::from_str_name(&info.reason).is_some(),
+                "{} is a value of the proto's enum ErrorReason",
+                info.reason
+            );
             assert_eq!(info.domain, "ledger");
             assert_eq!(info.metadata.get("field").map(String::as_str), Some("memo"));
             assert_eq!(s.message(), "msg");
@@ -87,21 +92,41 @@ mod tests {
         assert_eq!(rebuilt.details(), call.details());
     }
 
+    /// The core's `Reason` and the client's `pb::ErrorReason` are both generated from the
+    /// proto's `enum ErrorReason`, by two generators: they must agree value for value, in
+    /// name and in variant, with the enum of the descriptor set that reflection serves.
     #[test]
-    fn the_client_crate_knows_every_reason_the_server_answers_with() {
+    fn every_value_of_the_protos_error_reason_is_a_core_reason_of_the_same_name_and_back() {
+        use ledger_client::pb::ErrorReason;
+        use prost::Message;
+        let fds = prost_types::FileDescriptorSet::decode(ledger_client::FILE_DESCRIPTOR_SET)
+            .expect("the served descriptor set decodes");
+        let values: Vec<&str> = fds
+            .file
+            .iter()
+            .flat_map(|f| &f.enum_type)
+            .filter(|e| e.name() == "ErrorReason")
+            .flat_map(|e| &e.value)
+            .filter(|v| v.number() != 0)
+            .map(|v| v.name())
+            .collect();
+        assert_eq!(values.len(), ALL_REASONS.len(), "{values:?}");
+        for name in values {
+            let pb = ErrorReason::from_str_name(name).expect("prost generated the value");
+            let core = ledger_core::Reason::from_str_exact(name)
+                .unwrap_or_else(|| panic!("ledger-core has no {name}"));
+            assert_eq!(format!("{pb:?}"), format!("{core:?}"), "one variant name");
+        }
         for &r in ALL_REASONS {
-            assert!(
-                ledger_client::Reason::parse(r.as_str()).is_some(),
-                "ledger-client has no {}",
-                r.as_str()
-            );
+            let pb = ErrorReason::from_str_name(r.as_str())
+                .unwrap_or_else(|| panic!("the proto has no {}", r.as_str()));
+            assert_eq!(pb.as_str_name(), r.as_str());
+            assert_ne!(pb, ErrorReason::Unspecified);
         }
-        for r in ledger_client::Reason::ALL {
-            assert!(
-                ledger_core::Reason::from_str_exact(r.as_str()).is_some(),
-                "the server has no {}",
-                r.as_str()
-            );
-        }
+        assert_eq!(
+            ledger_core::Reason::from_str_exact(ErrorReason::Unspecified.as_str_name()),
+            None,
+            "the zero value is no reason"
+        );
     }
 }
