@@ -5,7 +5,7 @@
 
 use ledger_core::account::{Account, Metadata, NormalBalance};
 use ledger_core::amount::Amount;
-use ledger_core::engine::{Rule, Totals};
+use ledger_core::engine::Totals;
 use ledger_core::posting::{LegRequest, PostRequest};
 use ledger_core::write::{decide, AccountState, Clock, Command, KeyState, Snapshot, WriteRequest};
 use ledger_core::Direction;
@@ -161,16 +161,16 @@ fn snapshot(accounts: &HashMap<String, Account>, requests: &[WriteRequest]) -> S
             .filter(|a| touched.contains(&a.id))
             .map(|a| {
                 let state = AccountState {
-                    rule: Rule::of(a),
+                    account: a.clone(),
                     totals: Totals::default(),
                 };
                 (a.id, state)
             })
             .collect(),
         account_ids: HashMap::new(),
-        targets: HashMap::new(),
+        named: HashMap::new(),
         corrupt_accounts: HashMap::new(),
-        corrupt_targets: HashMap::new(),
+        corrupt_named: HashMap::new(),
         expiring: Vec::new(),
     }
 }

@@ -11,7 +11,7 @@
 
 use ledger_core::account::{AccountCache, NewAccount};
 use ledger_core::posting::{LegRequest, PostRequest};
-use ledger_core::write::{decide, Command, WriteRequest};
+use ledger_core::write::{decide, Command, NamedPostings, Rounds, WriteRequest};
 use ledger_core::{Account, Direction, NormalBalance};
 use ledger_server::storage::{self, accounts::Created, batch, Conn};
 use ledger_server::BoxError;
@@ -223,7 +223,9 @@ fn next_batch(
         .collect()
 }
 
-/// One lane's batches until `until`: load, decide and write timed apart.
+/// One lane's batches until `until`, each driven through its rounds as the writer drives
+/// them (posts only: nothing to read before the batch, everything admitted), its load, decide
+/// and write timed apart.
 async fn run_lane(
     conn: &Conn,
     args: &BenchWriterArgs,
@@ -235,38 +237,53 @@ async fn run_lane(
     let mut steps = Steps::default();
     while Instant::now() < until {
         let requests = next_batch(args, accounts, keys, steps.batches);
-        let ids: Vec<uuid::Uuid> = requests.iter().map(|_| uuid::Uuid::now_v7()).collect();
+        let rounds = Rounds::new(requests.into_iter().map(Ok).collect());
+        steps.add(timed_batch(conn, rounds, cache).await?);
+    }
+    Ok(steps)
+}
+
+/// One batch's rounds, each step timed.
+async fn timed_batch(
+    conn: &Conn,
+    mut rounds: Rounds,
+    cache: &RwLock<AccountCache>,
+) -> Result<Steps, BoxError> {
+    let named = NamedPostings::default();
+    let mut steps = Steps::default();
+    loop {
         let t0 = Instant::now();
-        // Posts only: no voids, captures or expiries, so no targets.
-        let targets = ledger_server::storage::read::Targets::default();
-        let snapshot = batch::load(conn, &requests, cache, &targets).await;
-        let t1 = Instant::now();
-        let snapshot = match snapshot {
-            Ok(s) => s,
-            Err(e) => {
-                batch::rollback(conn).await;
-                return Err(e.into());
-            }
+        let (plan, clock, t1) = {
+            let Some(batch) = rounds.batch() else {
+                return Ok(steps);
+            };
+            let ids: Vec<uuid::Uuid> = batch.iter().map(|_| uuid::Uuid::now_v7()).collect();
+            let snapshot = match batch::load(conn, &batch, cache, &named).await {
+                Ok(s) => s,
+                Err(e) => {
+                    batch::rollback(conn).await;
+                    return Err(e.into());
+                }
+            };
+            let t1 = Instant::now();
+            (decide(&snapshot, &batch, &ids), snapshot.clock, t1)
         };
-        let plan = decide(&snapshot, &requests, &ids);
         let t2 = Instant::now();
-        if !plan.unbound.is_empty() {
+        steps.load += t1 - t0;
+        steps.decide += t2 - t1;
+        let Some(plan) = rounds.decided(plan) else {
             batch::rollback(conn).await;
-            return Err("a batch touched corrupt rows; run `ledger check`".into());
-        }
-        if let Err(e) = batch::write(conn, &plan, &snapshot.clock).await {
+            continue;
+        };
+        if let Err(e) = batch::write(conn, &plan, &clock).await {
             batch::rollback(conn).await;
             return Err(e.into());
         }
-        steps.add(Steps {
-            batches: 1,
-            postings: plan.postings.len() as u64,
-            load: t1 - t0,
-            decide: t2 - t1,
-            write: t2.elapsed(),
-        });
+        steps.write += t2.elapsed();
+        steps.batches += 1;
+        steps.postings += plan.postings.len() as u64;
+        return Ok(steps);
     }
-    Ok(steps)
 }
 
 /// The run's JSON summary: throughput, and each step's time per batch and per posting.

@@ -12,7 +12,7 @@
 //! A hold whose expiry time has passed but whose release is not recorded yet is *lapsed*: it
 //! stays in the held totals (they are the journal's) but holds nothing for the funds rule.
 
-use super::account::{Direction, NormalBalance};
+use super::account::{Account, Direction, NormalBalance};
 use super::amount::format_minor;
 use super::error::{LedgerError, Reason};
 use super::limits::MAX_TOTAL_MINOR;
@@ -74,29 +74,6 @@ pub fn available_of(
     }
 }
 
-/// What the engine needs to know about an account.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Rule {
-    pub code: String,
-    pub currency: String,
-    pub scale: u8,
-    pub normal_balance: NormalBalance,
-    pub allow_negative: bool,
-}
-
-impl Rule {
-    /// The rules of an account.
-    pub fn of(a: &super::account::Account) -> Rule {
-        Rule {
-            code: a.code.clone(),
-            currency: a.currency.clone(),
-            scale: a.scale,
-            normal_balance: a.normal_balance,
-            allow_negative: a.allow_negative,
-        }
-    }
-}
-
 /// The state of one leg after it was applied: the account's totals including it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LegEffect {
@@ -104,88 +81,108 @@ pub struct LegEffect {
     pub after: Totals,
 }
 
-/// What a posting does to the totals.
-#[derive(Clone, Copy, Debug)]
-pub enum Change<'a> {
-    /// Moves money: the legs add to debits and credits; the funds rule applies.
-    Move(&'a [Leg]),
-    /// Reserves: the legs add to the held totals; the funds rule applies.
-    Hold(&'a [Leg]),
-    /// Moves `captured` and takes `hold` (the hold's legs) off the held totals; within the
-    /// hold, so never refused for funds.
-    Capture {
-        captured: &'a [Leg],
-        hold: &'a [Leg],
-    },
-    /// Takes `hold` off the held totals.
-    Release(&'a [Leg]),
+/// What a posting does to the totals, beside the legs it shows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// Its legs move money: they add to debits and credits; the funds rule applies.
+    Move,
+    /// Its legs reserve: they add to the held totals; the funds rule applies.
+    Hold,
+    /// Its legs move money (what it captures) and these, the hold's legs, leave the held
+    /// totals; within the hold, so never refused for funds.
+    Capture(Vec<Leg>),
+    /// These, the hold's legs, leave the held totals; its own legs (the hold's, swapped)
+    /// move nothing.
+    Release(Vec<Leg>),
 }
 
-/// Balances of the accounts a batch touches, and the rules they obey.
+/// An account as a batch finds it: its attributes (the rules it obeys) and its totals.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AccountState {
+    pub account: Account,
+    pub totals: Totals,
+}
+
+impl AccountState {
+    /// Totals no writer could have left are a corrupt row: negative sums, sums past
+    /// [`MAX_TOTAL_MINOR`], or a balance below zero on an account that forbids it. (Its
+    /// available balance may be below zero while holds that lapsed still count in its held
+    /// totals, their releases not recorded yet; its balance never is.)
+    pub fn check(&self) -> Result<(), LedgerError> {
+        let (a, t) = (&self.account, &self.totals);
+        let sums = [t.debits, t.credits, t.held_debits, t.held_credits];
+        let why = if sums.iter().any(|v| *v < 0) || t.version < 0 {
+            "negative totals"
+        } else if sums.iter().any(|v| *v > MAX_TOTAL_MINOR) {
+            "totals past MAX_TOTAL_MINOR"
+        } else if !a.allow_negative && t.balance(a.normal_balance) < 0 {
+            "a balance below zero, which the account forbids"
+        } else {
+            return Ok(());
+        };
+        Err(corrupt_account(&a.code, &format!("{why}: {t:?}")))
+    }
+}
+
+/// The refusal of a request that touches account `code`, whose row breaks an invariant.
+fn corrupt_account(code: &str, detail: &str) -> LedgerError {
+    LedgerError::journal_corrupt(&format!("account {code:?}"), None, detail).with("account", code)
+}
+
+/// Balances of the accounts a batch touches, and the rules they obey. Every refusal is an
+/// error: a rule of the ledger's state (`INSUFFICIENT_FUNDS`, `LIMIT_EXCEEDED`, which bind
+/// the request's key), or `JOURNAL_CORRUPT` when what it was given cannot be (an account it
+/// was not given, a release of more than is held), which binds nothing.
 pub struct Engine {
     totals: HashMap<i64, Totals>,
-    rules: HashMap<i64, Rule>,
+    accounts: HashMap<i64, Account>,
     /// Per account, the (debit, credit) legs of its lapsed holds: in the held totals, not
     /// held for the funds rule.
     lapsed: HashMap<i64, (i128, i128)>,
 }
 
 impl Engine {
-    /// An engine over the given totals (every account the batch touches must be present).
-    pub fn new(totals: HashMap<i64, Totals>, rules: HashMap<i64, Rule>) -> Engine {
-        for (id, t) in &totals {
-            let rule = rules
-                .get(id)
-                .unwrap_or_else(|| panic!("no rule for account {id}"));
-            assert!(
-                t.debits >= 0
-                    && t.credits >= 0
-                    && t.version >= 0
-                    && t.held_debits >= 0
-                    && t.held_credits >= 0,
-                "account {} totals negative: {t:?}",
-                rule.code
-            );
-            // Its available balance may be below zero while holds that lapsed still count in
-            // its held totals (their releases not recorded yet); its balance never is.
-            assert!(
-                rule.allow_negative || t.balance(rule.normal_balance) >= 0,
-                "account {} is below zero though it does not allow it: {t:?}",
-                rule.code
-            );
-        }
+    /// An engine over accounts whose states passed [`AccountState::check`].
+    pub fn new(states: impl IntoIterator<Item = (i64, AccountState)>) -> Engine {
+        let (totals, accounts) = states
+            .into_iter()
+            .map(|(id, s)| ((id, s.totals), (id, s.account)))
+            .unzip();
         Engine {
             totals,
-            rules,
+            accounts,
             lapsed: HashMap::new(),
         }
     }
 
     /// A hold's legs (on the batch's accounts) lapse (`sign` 1: its expiry time has passed)
     /// or stop being lapsed (−1: its release is recorded now, which takes them off the held
-    /// totals). Lapsed amounts never exceed what is held.
-    pub fn lapse(&mut self, legs: &[Leg], sign: i128) {
+    /// totals). Lapsed amounts never exceed what is held: beyond it, the hold's rows disagree
+    /// with the account's totals (`JOURNAL_CORRUPT`), and nothing changes.
+    pub fn lapse(&mut self, legs: &[Leg], sign: i128) -> Result<(), LedgerError> {
+        let mut next = self.lapsed.clone();
         for leg in legs {
-            let held = self.totals(leg.account_id);
-            let l = self.lapsed.entry(leg.account_id).or_default();
+            let held = self.current(&HashMap::new(), leg.account_id)?;
+            let l = next.entry(leg.account_id).or_default();
             match leg.direction {
                 Direction::Debit => l.0 += sign * leg.amount.minor(),
                 Direction::Credit => l.1 += sign * leg.amount.minor(),
             }
-            assert!(
-                (0..=held.held_debits).contains(&l.0) && (0..=held.held_credits).contains(&l.1),
-                "lapsed {l:?} beyond held {held:?} on account {}",
-                leg.account_id
-            );
+            if !(0..=held.held_debits).contains(&l.0) || !(0..=held.held_credits).contains(&l.1) {
+                let detail =
+                    format!("an expiring hold's legs {l:?} beyond its held totals {held:?}");
+                return Err(corrupt_account(&leg.account_code, &detail));
+            }
         }
+        self.lapsed = next;
+        Ok(())
     }
 
     /// The available balance the funds rule sees: lapsed holds hold nothing.
-    fn available(&self, account_id: i64, t: &Totals) -> i128 {
-        let (d, c) = self.lapsed.get(&account_id).copied().unwrap_or_default();
-        let normal = self.rules[&account_id].normal_balance;
+    fn available(&self, account: &Account, t: &Totals) -> i128 {
+        let (d, c) = self.lapsed.get(&account.id).copied().unwrap_or_default();
         available_of(
-            normal,
+            account.normal_balance,
             t.debits,
             t.credits,
             t.held_debits - d,
@@ -193,12 +190,9 @@ impl Engine {
         )
     }
 
-    /// Current totals of an account.
-    pub fn totals(&self, account_id: i64) -> Totals {
-        *self
-            .totals
-            .get(&account_id)
-            .unwrap_or_else(|| panic!("account {account_id} not loaded for this batch"))
+    /// Current totals of an account, if the engine has it.
+    pub fn totals(&self, account_id: i64) -> Option<Totals> {
+        self.totals.get(&account_id).copied()
     }
 
     /// All totals (to write back after the batch).
@@ -208,42 +202,55 @@ impl Engine {
 
     /// Applies an ordinary posting whole, or refuses it whole and changes nothing.
     pub fn apply(&mut self, legs: &[Leg]) -> Result<Vec<LegEffect>, LedgerError> {
-        self.change(Change::Move(legs))
+        self.change(&Effect::Move, legs)
     }
 
-    /// Applies a change whole, or refuses it whole and changes nothing. Returns the effect of
-    /// each leg that moved money (for a hold or a release: none).
-    pub fn change(&mut self, change: Change) -> Result<Vec<LegEffect>, LedgerError> {
+    /// Applies a posting (its `legs` and `effect`) whole, or refuses it whole and changes
+    /// nothing. Returns the effect of each leg that moved money (for a hold or a release:
+    /// none).
+    pub fn change(&mut self, effect: &Effect, legs: &[Leg]) -> Result<Vec<LegEffect>, LedgerError> {
         let mut next: HashMap<i64, Totals> = HashMap::new();
-        let (moves, check) = match change {
-            Change::Move(legs) => (legs, true),
-            Change::Hold(legs) => {
+        let (moves, funds) = match effect {
+            Effect::Move => (legs, true),
+            Effect::Hold => {
                 self.held(&mut next, legs, 1)?;
                 (&[][..], true)
             }
-            Change::Capture { captured, hold } => {
+            Effect::Capture(hold) => {
                 self.held(&mut next, hold, -1)?;
-                (captured, false)
+                (legs, false)
             }
-            Change::Release(hold) => {
+            Effect::Release(hold) => {
                 self.held(&mut next, hold, -1)?;
                 (&[][..], false)
             }
         };
         let effects = self.moved(&mut next, moves)?;
-        if check {
-            let legs = match change {
-                Change::Hold(l) | Change::Move(l) => l,
-                _ => unreachable!(),
-            };
+        if funds {
             self.check_funds(&next, legs)?;
         }
         self.totals.extend(next);
         Ok(effects)
     }
 
-    fn current(&self, next: &HashMap<i64, Totals>, id: i64) -> Totals {
-        next.get(&id).copied().unwrap_or_else(|| self.totals(id))
+    /// An account's totals as the posting being applied has left them so far.
+    fn current(&self, next: &HashMap<i64, Totals>, id: i64) -> Result<Totals, LedgerError> {
+        match next.get(&id).or_else(|| self.totals.get(&id)) {
+            Some(t) => Ok(*t),
+            None => Err(corrupt_account(
+                &format!("#{id}"),
+                "a leg names it, but the batch did not load it",
+            )),
+        }
+    }
+
+    fn account(&self, id: i64) -> Result<&Account, LedgerError> {
+        self.accounts.get(&id).ok_or_else(|| {
+            corrupt_account(
+                &format!("#{id}"),
+                "a leg names it, but the batch did not load it",
+            )
+        })
     }
 
     /// Adds (`sign` 1) or takes off (−1) legs from the held totals.
@@ -254,16 +261,16 @@ impl Engine {
         sign: i128,
     ) -> Result<(), LedgerError> {
         for leg in legs {
-            let mut t = self.current(next, leg.account_id);
+            let mut t = self.current(next, leg.account_id)?;
             let amount = sign * leg.amount.minor();
             match leg.direction {
                 Direction::Debit => t.held_debits += amount,
                 Direction::Credit => t.held_credits += amount,
             }
-            assert!(
-                t.held_debits >= 0 && t.held_credits >= 0,
-                "a release of more than was held: {t:?}"
-            );
+            if t.held_debits < 0 || t.held_credits < 0 {
+                let detail = format!("a release of more than it holds: {t:?}");
+                return Err(corrupt_account(&leg.account_code, &detail));
+            }
             self.within_limit(leg.account_id, &t)?;
             next.insert(leg.account_id, t);
         }
@@ -278,9 +285,12 @@ impl Engine {
     ) -> Result<Vec<LegEffect>, LedgerError> {
         let mut effects = Vec::with_capacity(legs.len());
         for leg in legs {
-            let mut t = self.current(next, leg.account_id);
+            let mut t = self.current(next, leg.account_id)?;
             let amount = leg.amount.minor();
-            assert!(amount > 0, "leg amount {amount} must be positive");
+            if amount <= 0 {
+                let detail = format!("a recorded leg of {amount} minor units");
+                return Err(corrupt_account(&leg.account_code, &detail));
+            }
             match leg.direction {
                 Direction::Debit => t.debits += amount,
                 Direction::Credit => t.credits += amount,
@@ -303,16 +313,16 @@ impl Engine {
         if !over {
             return Ok(());
         }
-        let rule = &self.rules[&id];
+        let a = self.account(id)?;
         Err(LedgerError::new(
             Reason::LimitExceeded,
             format!(
                 "account {} would exceed {} total debits or credits (limit MAX_TOTAL_MINOR)",
-                rule.code,
-                format_minor(MAX_TOTAL_MINOR, rule.scale)
+                a.code,
+                format_minor(MAX_TOTAL_MINOR, a.scale)
             ),
         )
-        .with("account", &rule.code)
+        .with("account", &a.code)
         .with("limit", "MAX_TOTAL_MINOR"))
     }
 
@@ -320,13 +330,13 @@ impl Engine {
     /// account in the request.
     fn check_funds(&self, next: &HashMap<i64, Totals>, legs: &[Leg]) -> Result<(), LedgerError> {
         for leg in legs {
-            let rule = &self.rules[&leg.account_id];
-            let after = self.available(leg.account_id, &next[&leg.account_id]);
-            if !rule.allow_negative && after < 0 {
-                let before = self.totals(leg.account_id);
-                let before_available = self.available(leg.account_id, &before);
-                let balance = before.balance(rule.normal_balance);
-                return Err(insufficient(rule, balance, before_available, after));
+            let a = self.account(leg.account_id)?;
+            let after = self.available(a, &self.current(next, leg.account_id)?);
+            if !a.allow_negative && after < 0 {
+                let before = self.current(&HashMap::new(), leg.account_id)?;
+                let before_available = self.available(a, &before);
+                let balance = before.balance(a.normal_balance);
+                return Err(insufficient(a, balance, before_available, after));
             }
         }
         Ok(())
@@ -335,7 +345,7 @@ impl Engine {
 
 /// The refusal of a posting that would take `rule`'s account's available balance below zero
 /// (`balance` and `before_available` before it).
-fn insufficient(rule: &Rule, balance: i128, before_available: i128, after: i128) -> LedgerError {
+fn insufficient(rule: &Account, balance: i128, before_available: i128, after: i128) -> LedgerError {
     let held = if before_available == balance {
         String::new()
     } else {
@@ -365,13 +375,16 @@ mod tests {
     use crate::amount::Amount;
     use proptest::prelude::*;
 
-    fn rule(code: &str, normal: NormalBalance, allow_negative: bool) -> Rule {
-        Rule {
-            code: code.into(),
+    fn account(id: i64, normal: NormalBalance, allow_negative: bool) -> Account {
+        Account {
+            id,
+            code: format!("acct{id}"),
             currency: "EUR".into(),
             scale: 2,
             normal_balance: normal,
             allow_negative,
+            metadata: Default::default(),
+            created_at: time::OffsetDateTime::UNIX_EPOCH,
         }
     }
 
@@ -386,24 +399,16 @@ mod tests {
     }
 
     fn engine(n: i64, allow_negative_first: bool) -> Engine {
-        let totals = (0..n).map(|i| (i, Totals::default())).collect();
-        let rules = (0..n)
-            .map(|i| {
-                (
-                    i,
-                    rule(
-                        &format!("acct{i}"),
-                        if i % 2 == 0 {
-                            NormalBalance::Debit
-                        } else {
-                            NormalBalance::Credit
-                        },
-                        i == 0 && allow_negative_first,
-                    ),
-                )
-            })
-            .collect();
-        Engine::new(totals, rules)
+        Engine::new((0..n).map(|i| {
+            let normal = if i % 2 == 0 {
+                NormalBalance::Debit
+            } else {
+                NormalBalance::Credit
+            };
+            let account = account(i, normal, i == 0 && allow_negative_first);
+            let totals = Totals::default();
+            (i, AccountState { account, totals })
+        }))
     }
 
     #[test]
@@ -415,7 +420,7 @@ mod tests {
             leg(2, Direction::Debit, 100),
         ])
         .unwrap();
-        let before = (e.totals(0), e.totals(2));
+        let before = (e.totals(0).unwrap(), e.totals(2).unwrap());
         let err = e
             .apply(&[
                 leg(2, Direction::Credit, 150),
@@ -430,7 +435,7 @@ mod tests {
             "{}",
             err.message
         );
-        assert_eq!((e.totals(0), e.totals(2)), before);
+        assert_eq!((e.totals(0).unwrap(), e.totals(2).unwrap()), before);
     }
 
     #[test]
@@ -451,7 +456,7 @@ mod tests {
             ])
             .unwrap();
         assert_eq!(effects[1].after.version, 3);
-        assert_eq!(e.totals(2).balance(NormalBalance::Debit), 50);
+        assert_eq!(e.totals(2).unwrap().balance(NormalBalance::Debit), 50);
     }
 
     proptest! {
@@ -486,7 +491,7 @@ mod tests {
                 }
                 let mut sd = 0; let mut sc = 0;
                 for id in 0..5 {
-                    let t = e.totals(id);
+                    let t = e.totals(id).unwrap();
                     let m = model.get(&id).copied().unwrap_or_default();
                     prop_assert_eq!((t.debits, t.credits, t.version), m);
                     sd += t.debits; sc += t.credits;

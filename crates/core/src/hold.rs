@@ -11,7 +11,7 @@ use super::posting::{
     capture_fingerprint, check_balanced, leg_codes, parse_posting_id, resolve_legs,
     validate_idempotency_key, validate_text, validate_time, Fingerprint, Leg, LegRequest,
 };
-use super::record::{rfc3339, PostedLeg, Posting};
+use super::record::{PostedLeg, Posting};
 use std::collections::HashMap;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -23,32 +23,6 @@ pub const LEDGER_CALLER: &str = "ledger";
 /// The idempotency key of the release of an expired hold.
 pub fn expiry_key(hold: Uuid) -> String {
     format!("expire:{hold}")
-}
-
-/// What makes a posting a hold.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HoldTerms {
-    pub expires_at: Option<OffsetDateTime>,
-}
-
-/// A hold's expiry must lie after now (the server's clock when the request arrives).
-pub fn check_expiry(
-    expires_at: Option<OffsetDateTime>,
-    now: OffsetDateTime,
-) -> Result<(), LedgerError> {
-    match expires_at {
-        Some(t) if t <= now => Err(LedgerError::new(
-            Reason::InvalidField,
-            format!(
-                "hold_expires_at {} is not after now ({})",
-                rfc3339(t),
-                rfc3339(now)
-            ),
-        )
-        .with("field", "hold_expires_at")),
-        Some(t) => validate_time("hold_expires_at", Some(t)),
-        None => Ok(()),
-    }
 }
 
 /// What the checks before the batch need of the posting a capture or a void names, all of
@@ -211,7 +185,7 @@ pub fn within_hold(captured: &[Leg], hold: &PostingTerms) -> Result<(), LedgerEr
     Ok(())
 }
 
-fn not_a_hold(posting_id: Uuid) -> LedgerError {
+pub fn not_a_hold(posting_id: Uuid) -> LedgerError {
     LedgerError::new(
         Reason::NotAHold,
         format!(

@@ -7,6 +7,7 @@ use super::account::{
 use super::amount::{format_minor, Amount, AmountError};
 use super::error::{LedgerError, Reason};
 use super::limits::*;
+use super::record::rfc3339;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 use time::OffsetDateTime;
@@ -66,7 +67,7 @@ pub struct ValidPost {
     pub memo: String,
     pub metadata: Metadata,
     /// Set for a hold.
-    pub hold: Option<super::hold::HoldTerms>,
+    pub hold: Option<HoldTerms>,
     pub fingerprint: Fingerprint,
 }
 
@@ -78,6 +79,32 @@ pub struct ValidVoid {
     pub reason: String,
     pub effective_at: Option<OffsetDateTime>,
     pub fingerprint: Fingerprint,
+}
+
+/// What makes a posting a hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HoldTerms {
+    pub expires_at: Option<OffsetDateTime>,
+}
+
+/// A hold's expiry must lie after now (the server's clock when the request arrives).
+pub fn check_expiry(
+    expires_at: Option<OffsetDateTime>,
+    now: OffsetDateTime,
+) -> Result<(), LedgerError> {
+    match expires_at {
+        Some(t) if t <= now => Err(LedgerError::new(
+            Reason::InvalidField,
+            format!(
+                "hold_expires_at {} is not after now ({})",
+                rfc3339(t),
+                rfc3339(now)
+            ),
+        )
+        .with("field", "hold_expires_at")),
+        Some(t) => validate_time("hold_expires_at", Some(t)),
+        None => Ok(()),
+    }
 }
 
 /// The idempotency key: 1..=255 bytes, printable (no control characters).
@@ -196,7 +223,7 @@ impl PostRequest {
         self.check_shape()?;
         let legs = resolve_legs(&self.legs, accounts)?;
         check_balanced(&legs)?;
-        let hold = self.hold.then_some(super::hold::HoldTerms {
+        let hold = self.hold.then_some(HoldTerms {
             expires_at: self.hold_expires_at,
         });
         let fingerprint =
@@ -407,7 +434,7 @@ pub fn post_fingerprint(
     effective_at: Option<OffsetDateTime>,
     memo: &str,
     metadata: &Metadata,
-    hold: Option<super::hold::HoldTerms>,
+    hold: Option<HoldTerms>,
 ) -> Fingerprint {
     let mut c = Canon::new("post/v1");
     c.field(&(legs.len() as u64).to_be_bytes());

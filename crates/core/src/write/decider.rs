@@ -9,92 +9,53 @@
 //! recorded time (and any effective time after the expiry) shows it.
 
 use super::{
-    Command, ExpiringHold, FinalTotals, KeyState, Outcome, Plan, PlannedLeg, PlannedPosting,
+    Command, ExpiringHold, FinalTotals, Outcome, Plan, PlannedLeg, PlannedPosting,
     PlannedRejection, Snapshot, WriteRequest,
 };
 use crate::account::Metadata;
-use crate::engine::{Change, Engine, LegEffect, Totals};
+use crate::engine::{available_of, AccountState, Effect, Engine, LegEffect, Totals};
 use crate::error::{LedgerError, Reason};
-use crate::hold::{check_expiry, within_hold, HoldTerms, PostingTerms, ValidCapture};
-use crate::posting::{check_balanced, Leg, ValidPost, ValidVoid};
+use crate::hold::ValidCapture;
+use crate::posting::{
+    check_balanced, check_expiry, posting_not_found, HoldTerms, Leg, ValidPost, ValidVoid,
+};
 use crate::record::{expired_by, rfc3339, CloseKind, Closes, HoldState, PostedLeg, Posting};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use time::{Duration, OffsetDateTime};
 use uuid::Uuid;
 
-/// Refusals that bind nothing, by request index: requests that touch rows breaking an
-/// invariant (replays of unreadable decisions, posts on corrupt accounts, voids, captures
-/// and expiries of corrupt targets or targets on corrupt accounts), and requests the clock
-/// made invalid after they were checked (a hold expiring before the batch's clock, an expiry
-/// not yet due, which a later batch records). Their keys were claimed in the batch's
-/// transaction, so the writer runs the batch again without them.
-pub fn unbound_refusals(
-    s: &Snapshot,
-    requests: &[WriteRequest],
-    firsts: &[usize],
-) -> Vec<(usize, LedgerError)> {
-    firsts
-        .iter()
-        .zip(&s.keys)
-        .filter_map(|(&i, key)| {
-            let refusal = match key {
-                KeyState::Unreadable(e) => Some(e.clone()),
-                KeyState::Decided(_) => None,
-                KeyState::Claimed(_) => {
-                    corrupt(s, &requests[i].command).or_else(|| untimely(s, &requests[i].command))
-                }
-            };
-            refusal.map(|e| (i, e))
-        })
-        .collect()
+/// Why a new request is not recorded.
+pub enum Refusal {
+    /// A rule of the ledger's state refused it (`INSUFFICIENT_FUNDS`, `HOLD_NOT_PENDING`, …):
+    /// the refusal binds its key and is replayed.
+    Bound(LedgerError),
+    /// It touches a row that breaks an invariant (`JOURNAL_CORRUPT`), names a posting the
+    /// snapshot does not hold, or the clock made it invalid after it was checked (a hold
+    /// expiring before the batch's clock, an expiry not yet due): it binds nothing. Its key
+    /// was claimed in the batch's transaction, so the writer runs the batch again without it.
+    Unbound(LedgerError),
 }
 
-/// The refusal of a new request that touches a corrupt row.
-fn corrupt(s: &Snapshot, c: &Command) -> Option<LedgerError> {
-    let account = |id: &i64| s.corrupt_accounts.get(id);
-    let found = match (c, c.target()) {
-        (Command::Post(p), _) => p.legs.iter().find_map(|l| account(&l.account_id)),
-        (_, Some(target)) => s.corrupt_targets.get(&target).or_else(|| {
-            s.targets.get(&target).and_then(|t| {
-                t.legs
-                    .iter()
-                    .filter_map(|l| s.account_ids.get(&l.account))
-                    .find_map(account)
-            })
-        }),
-        (_, None) => None,
-    };
-    found.cloned()
-}
-
-/// The refusal of a new request the batch's clock makes invalid, or of a capture its hold
-/// does not allow (checked by the lane before the batch; checked again against the snapshot's
-/// hold).
-fn untimely(s: &Snapshot, c: &Command) -> Option<LedgerError> {
-    let now = s.clock.now;
-    match c {
-        Command::Post(p) => p.hold.and_then(|h| check_expiry(h.expires_at, now).err()),
-        Command::Expire(x) => {
-            let due = s
-                .targets
-                .get(&x.hold)
-                .and_then(|h| h.hold)
-                .and_then(|h| h.expires_at);
-            match due {
-                Some(t) if t <= now => None,
-                _ => Some(LedgerError::new(
-                    Reason::HoldNotPending,
-                    format!("hold {} is not due to expire", x.hold),
-                )),
-            }
+impl From<LedgerError> for Refusal {
+    /// The engine's refusals: its rules bind (`INSUFFICIENT_FUNDS`, `LIMIT_EXCEEDED`), what it
+    /// finds impossible (`JOURNAL_CORRUPT`) does not.
+    fn from(e: LedgerError) -> Refusal {
+        if e.binds_key() {
+            Refusal::Bound(e)
+        } else {
+            Refusal::Unbound(e)
         }
-        Command::Capture(cap) => {
-            let hold = s.targets.get(&cap.hold)?;
-            within_hold(&cap.legs, &PostingTerms::of(hold)).err()
-        }
-        Command::Void(_) => None,
     }
+}
+
+/// A recorded posting whose legs do not balance: a row written behind the ledger's back.
+fn unbalanced_named(p: &Posting, e: &LedgerError) -> Refusal {
+    Refusal::Unbound(LedgerError::journal_corrupt(
+        &format!("posting {}", p.posting_id),
+        Some(p.sequence as i64),
+        &format!("its legs do not balance: {}", e.message),
+    ))
 }
 
 /// A posting being made, before it has a sequence.
@@ -109,15 +70,6 @@ struct NewPosting {
     voids: Option<(Uuid, String)>,
     hold: Option<HoldTerms>,
     closes: Option<Closes>,
-}
-
-enum Effect {
-    Move,
-    Hold,
-    /// Moves the legs and releases these (the hold's).
-    Capture(Vec<Leg>),
-    /// Releases these (the hold's); moves nothing.
-    Release(Vec<Leg>),
 }
 
 impl NewPosting {
@@ -204,6 +156,9 @@ enum Closing {
 pub struct Decider<'a> {
     snapshot: &'a Snapshot,
     engine: Engine,
+    /// The snapshot's corrupt accounts, and those whose totals or expiring holds are
+    /// impossible ([`AccountState::check`]).
+    corrupt_accounts: HashMap<i64, LedgerError>,
     base: OffsetDateTime,
     postings: Vec<PlannedPosting>,
     rejections: Vec<PlannedRejection>,
@@ -222,17 +177,28 @@ pub struct Decider<'a> {
 }
 
 impl<'a> Decider<'a> {
+    /// A decider over the snapshot. Accounts whose rows cannot be (impossible totals,
+    /// expiring holds beyond what they hold) join the corrupt ones: requests touching them
+    /// are refused unbound.
     pub fn new(s: &'a Snapshot) -> Decider<'a> {
-        let (totals, rules) = s
-            .accounts
-            .iter()
-            .map(|(&id, a)| ((id, a.totals), (id, a.rule.clone())))
-            .unzip();
-        let base = s.clock.base();
+        let mut corrupt_accounts = s.corrupt_accounts.clone();
+        let mut valid: Vec<(i64, AccountState)> = Vec::with_capacity(s.accounts.len());
+        for (&id, a) in &s.accounts {
+            if corrupt_accounts.contains_key(&id) {
+                continue;
+            }
+            match a.check() {
+                Ok(()) => valid.push((id, a.clone())),
+                Err(e) => {
+                    corrupt_accounts.insert(id, e);
+                }
+            }
+        }
         let mut d = Decider {
             snapshot: s,
-            engine: Engine::new(totals, rules),
-            base,
+            engine: Engine::new(valid),
+            corrupt_accounts,
+            base: s.clock.base(),
             postings: Vec::new(),
             rejections: Vec::new(),
             voided_now: HashMap::new(),
@@ -242,11 +208,57 @@ impl<'a> Decider<'a> {
             holds: Vec::new(),
             lapsed: HashMap::new(),
         };
-        for h in &s.expiring {
-            let legs = d.expiring_legs(h);
-            d.expires(h.hold, h.expires_at, legs);
-        }
+        d.expiring_holds(&s.expiring);
         d
+    }
+
+    /// The snapshot's open expiring holds, each to lapse at its expiry time; one whose legs
+    /// exceed what its accounts hold makes those accounts corrupt.
+    fn expiring_holds(&mut self, expiring: &[ExpiringHold]) {
+        let mut held: HashMap<i64, (i128, i128)> = HashMap::new();
+        for h in expiring {
+            let legs = self.expiring_legs(h);
+            for l in &legs {
+                let sums = held.entry(l.account_id).or_default();
+                match l.direction {
+                    crate::account::Direction::Debit => sums.0 += l.amount.minor(),
+                    crate::account::Direction::Credit => sums.1 += l.amount.minor(),
+                }
+            }
+            self.expires(h.hold, h.expires_at, legs);
+        }
+        for (id, due) in held {
+            if let Some(e) = self.beyond_due(id, due) {
+                self.corrupt_accounts.insert(id, e);
+            }
+        }
+    }
+
+    /// What no writer could have left, given the legs of an account's due holds (`d`ebit and
+    /// `c`redit): more due than held, or a no-negative account's available balance below zero
+    /// even without them (its funds rule let it spend only what they no longer hold).
+    fn beyond_due(&self, id: i64, (d, c): (i128, i128)) -> Option<LedgerError> {
+        let t = self.engine.totals(id)?;
+        let a = &self.snapshot.accounts[&id].account;
+        let why = if d > t.held_debits || c > t.held_credits {
+            format!("its expiring holds hold {d}/{c} (debit/credit), its totals {t:?}")
+        } else {
+            let available = available_of(
+                a.normal_balance,
+                t.debits,
+                t.credits,
+                t.held_debits - d,
+                t.held_credits - c,
+            );
+            if a.allow_negative || available >= 0 {
+                return None;
+            }
+            format!(
+                "below zero, which the account forbids, with {d}/{c} of its holds expired: {t:?}"
+            )
+        };
+        let row = format!("account {:?}", a.code);
+        Some(LedgerError::journal_corrupt(&row, None, &why).with("account", &a.code))
     }
 
     /// The time the next posting of the batch is recorded at: the request being decided
@@ -261,11 +273,11 @@ impl<'a> Decider<'a> {
         h.legs
             .iter()
             .filter_map(|l| {
-                let rule = &self.snapshot.accounts.get(&l.account_id)?.rule;
+                let a = &self.snapshot.accounts.get(&l.account_id)?.account;
                 Some(Leg {
                     account_id: l.account_id,
-                    account_code: rule.code.clone(),
-                    currency: rule.currency.clone(),
+                    account_code: a.code.clone(),
+                    currency: a.currency.clone(),
                     direction: l.direction,
                     amount: l.amount,
                 })
@@ -288,49 +300,32 @@ impl<'a> Decider<'a> {
                 break;
             }
             self.due.pop();
-            let (hold, legs) = std::mem::take(&mut self.holds[i]);
+            let (hold, mut legs) = std::mem::take(&mut self.holds[i]);
             if self.closed_now.contains_key(&hold) {
                 continue;
             }
-            self.engine.lapse(&legs, 1);
-            self.lapsed.insert(hold, legs);
+            // Its legs on corrupt accounts stay as they are: every request touching those
+            // is refused.
+            legs.retain(|l| !self.corrupt_accounts.contains_key(&l.account_id));
+            if self.engine.lapse(&legs, 1).is_ok() {
+                self.lapsed.insert(hold, legs);
+            }
         }
     }
 
-    /// Decides a request whose key this batch claimed: a posting, or a rejection bound to
-    /// the key.
+    /// Decides a request whose key this batch claimed: a posting, or its refusal (bound to
+    /// the key, which the plan records, or unbound).
     pub fn decide_new(
         &mut self,
         r: &WriteRequest,
         key_id: i64,
         id: Uuid,
-    ) -> Result<Posting, LedgerError> {
+    ) -> Result<Posting, Refusal> {
         self.lapse_due();
-        let new = match &r.command {
-            Command::Post(p) => Ok(NewPosting::of_post(p)),
-            Command::Void(v) => self.void(v),
-            Command::Capture(c) => self.capture(c),
-            Command::Expire(x) => {
-                self.pending_hold(x.hold, Closing::AtExpiry)
-                    .map(|(hold, held)| NewPosting {
-                        closes: Some(Closes {
-                            hold: hold.posting_id,
-                            kind: CloseKind::Expire,
-                        }),
-                        ..NewPosting::bare(
-                            swapped(&held),
-                            Effect::Release(held),
-                            hold.hold.and_then(|h| h.expires_at),
-                        )
-                    })
-            }
-        };
-        let decided = new.and_then(|new| self.record(r, key_id, id, new));
-        if let Err(e) = &decided {
-            assert!(
-                e.binds_key(),
-                "writer rejection {e} must be state-dependent"
-            );
+        let decided = self
+            .posting_of(&r.command)
+            .and_then(|new| self.record(r, key_id, id, new));
+        if let Err(Refusal::Bound(e)) = &decided {
             self.rejections.push(PlannedRejection {
                 caller: r.caller.clone(),
                 key: r.command.key().to_owned(),
@@ -340,28 +335,99 @@ impl<'a> Decider<'a> {
         decided
     }
 
+    /// The posting a request would record, before the totals: its own rules, after the
+    /// checks that bind nothing (corrupt rows, the clock).
+    fn posting_of(&self, c: &Command) -> Result<NewPosting, Refusal> {
+        if let Some(e) = self.corrupt(c) {
+            return Err(Refusal::Unbound(e));
+        }
+        match c {
+            Command::Post(p) => {
+                if let Some(e) = p
+                    .hold
+                    .and_then(|h| check_expiry(h.expires_at, self.snapshot.clock.now).err())
+                {
+                    return Err(Refusal::Unbound(e));
+                }
+                Ok(NewPosting::of_post(p))
+            }
+            Command::Void(v) => self.void(v),
+            Command::Capture(c) => self.capture(c),
+            Command::Expire(x) => self.expire(x.hold),
+        }
+    }
+
+    /// The refusal of a new request that touches a corrupt row: an account of its legs, the
+    /// posting it names, or an account of that posting's legs.
+    fn corrupt(&self, c: &Command) -> Option<LedgerError> {
+        let account = |id: &i64| self.corrupt_accounts.get(id);
+        let found = match (c, c.target()) {
+            (Command::Post(p), _) => p.legs.iter().find_map(|l| account(&l.account_id)),
+            (Command::Capture(cap), Some(target)) => cap
+                .legs
+                .iter()
+                .find_map(|l| account(&l.account_id))
+                .or_else(|| self.corrupt_named(target)),
+            (_, Some(target)) => self.corrupt_named(target),
+            (_, None) => None,
+        };
+        found.cloned()
+    }
+
+    fn corrupt_named(&self, target: Uuid) -> Option<&LedgerError> {
+        let s = self.snapshot;
+        s.corrupt_named.get(&target).or_else(|| {
+            s.named.get(&target).and_then(|t| {
+                t.legs
+                    .iter()
+                    .filter_map(|l| s.account_ids.get(&l.account))
+                    .find_map(|id| self.corrupt_accounts.get(id))
+            })
+        })
+    }
+
+    /// The ledger's release of an expired hold, once its expiry time has passed by the
+    /// batch's clock (before, it binds nothing: a later batch records it).
+    fn expire(&self, hold: Uuid) -> Result<NewPosting, Refusal> {
+        let h = self.named(hold)?;
+        let expires_at = h.hold.and_then(|t| t.expires_at);
+        if !expired_by(expires_at, self.snapshot.clock.now) {
+            return Err(Refusal::Unbound(LedgerError::new(
+                Reason::HoldNotPending,
+                format!("hold {hold} is not due to expire"),
+            )));
+        }
+        let (hold, held) = self.pending_hold(hold, Closing::AtExpiry)?;
+        Ok(NewPosting {
+            closes: Some(Closes {
+                hold: hold.posting_id,
+                kind: CloseKind::Expire,
+            }),
+            ..NewPosting::bare(swapped(&held), Effect::Release(held), expires_at)
+        })
+    }
+
     /// A void: of a hold, its release; of any other posting, its legs swapped.
-    fn void(&self, v: &ValidVoid) -> Result<NewPosting, LedgerError> {
-        let target = self.target(v.target);
+    fn void(&self, v: &ValidVoid) -> Result<NewPosting, Refusal> {
+        let target = self.named(v.target)?;
+        let refuse = |reason, why: String| {
+            Err(Refusal::Bound(
+                LedgerError::new(reason, why).with("posting_id", target.posting_id),
+            ))
+        };
         if let Some(of) = target.voids_posting_id {
-            return Err(LedgerError::new(
-                Reason::VoidOfVoid,
-                format!(
-                    "posting {} is itself a void (of {of}); a void cannot be voided",
-                    target.posting_id
-                ),
-            )
-            .with("posting_id", target.posting_id));
+            let why = format!(
+                "posting {} is itself a void (of {of}); a void cannot be voided",
+                target.posting_id
+            );
+            return refuse(Reason::VoidOfVoid, why);
         }
         if let Some(c) = target.closes.filter(|c| c.kind == CloseKind::Expire) {
-            return Err(LedgerError::new(
-                Reason::VoidOfVoid,
-                format!(
-                    "posting {} is the release of expired hold {}; a release cannot be voided",
-                    target.posting_id, c.hold
-                ),
-            )
-            .with("posting_id", target.posting_id));
+            let why = format!(
+                "posting {} is the release of expired hold {}; a release cannot be voided",
+                target.posting_id, c.hold
+            );
+            return refuse(Reason::VoidOfVoid, why);
         }
         let voids = Some((target.posting_id, v.reason.clone()));
         if target.hold.is_some() {
@@ -380,24 +446,22 @@ impl<'a> Decider<'a> {
             .voided_by_posting_id
             .or_else(|| self.voided_now.get(&target.posting_id).copied());
         if let Some(by) = voided_by {
-            return Err(LedgerError::new(
-                Reason::AlreadyVoided,
-                format!(
-                    "posting {} was already voided by posting {by}",
-                    target.posting_id
-                ),
-            )
-            .with("posting_id", target.posting_id));
+            let why = format!(
+                "posting {} was already voided by posting {by}",
+                target.posting_id
+            );
+            return refuse(Reason::AlreadyVoided, why);
         }
-        let legs = swapped(&self.resolved(target));
+        let legs = swapped(&self.resolved(target)?);
         Ok(NewPosting {
             voids,
             ..NewPosting::bare(legs, Effect::Move, v.effective_at)
         })
     }
 
-    /// A capture of a pending hold: moves the captured legs, releases the hold's.
-    fn capture(&self, c: &ValidCapture) -> Result<NewPosting, LedgerError> {
+    /// A capture of a pending hold: moves the captured legs, releases the hold's. (Its legs
+    /// were checked against the hold's by `admit`, before the batch.)
+    fn capture(&self, c: &ValidCapture) -> Result<NewPosting, Refusal> {
         let (hold, held) = self.pending_hold(c.hold, Closing::ByCaller)?;
         Ok(NewPosting {
             memo: c.memo.clone(),
@@ -410,26 +474,32 @@ impl<'a> Decider<'a> {
         })
     }
 
-    fn target(&self, id: Uuid) -> &'a Posting {
-        self.snapshot
-            .targets
+    /// The recorded posting a request names, with its state now; one the snapshot does not
+    /// hold is `POSTING_NOT_FOUND`, unbound (the lane found it; the load did not).
+    fn named(&self, id: Uuid) -> Result<&'a Posting, Refusal> {
+        let snapshot: &'a Snapshot = self.snapshot;
+        snapshot
+            .named
             .get(&id)
-            .unwrap_or_else(|| panic!("target {id} was checked to exist"))
+            .ok_or_else(|| Refusal::Unbound(posting_not_found(id)))
     }
 
     /// A hold still open, and its legs; else why not (`HOLD_NOT_PENDING`, naming its state
     /// and the posting that closed it, or its expiry time). A caller's capture or release
     /// also finds it closed once its expiry time has passed, recorded or not.
-    fn pending_hold(&self, id: Uuid, by: Closing) -> Result<(&'a Posting, Vec<Leg>), LedgerError> {
-        let hold = self.target(id);
-        let state = hold
-            .hold
-            .unwrap_or_else(|| panic!("posting {id} was checked to be a hold"));
+    fn pending_hold(&self, id: Uuid, by: Closing) -> Result<(&'a Posting, Vec<Leg>), Refusal> {
+        let hold = self.named(id)?;
+        let Some(state) = hold.hold else {
+            return Err(Refusal::Unbound(crate::hold::not_a_hold(id)));
+        };
         let closed = state
             .closed_by
             .or_else(|| self.closed_now.get(&id).copied());
-        let refuse =
-            |why: String| Err(LedgerError::new(Reason::HoldNotPending, why).with("posting_id", id));
+        let refuse = |why: String| {
+            Err(Refusal::Bound(
+                LedgerError::new(Reason::HoldNotPending, why).with("posting_id", id),
+            ))
+        };
         if let Some((by, kind)) = closed {
             let how = match kind {
                 CloseKind::Capture => "captured",
@@ -449,25 +519,41 @@ impl<'a> Decider<'a> {
                 rfc3339(t)
             ));
         }
-        Ok((hold, self.resolved(hold)))
+        Ok((hold, self.resolved(hold)?))
     }
 
-    /// A recorded posting's legs, resolved against the snapshot's accounts.
-    fn resolved(&self, p: &Posting) -> Vec<Leg> {
-        p.legs
+    /// A recorded posting's legs, resolved against the snapshot's accounts; a leg on an
+    /// account the snapshot does not hold, or legs that do not balance, are a corrupt row.
+    fn resolved(&self, p: &Posting) -> Result<Vec<Leg>, Refusal> {
+        let s = self.snapshot;
+        let legs = p
+            .legs
             .iter()
             .map(|l| {
-                let id = self.snapshot.account_ids[&l.account];
-                let rule = &self.snapshot.accounts[&id].rule;
-                Leg {
-                    account_id: id,
-                    account_code: rule.code.clone(),
-                    currency: rule.currency.clone(),
+                let state = s
+                    .account_ids
+                    .get(&l.account)
+                    .and_then(|id| s.accounts.get(id));
+                let Some(AccountState { account: a, .. }) = state else {
+                    let row = format!("posting {}", p.posting_id);
+                    let why = format!(
+                        "a leg names account {:?}, which the batch did not load",
+                        l.account
+                    );
+                    let e = LedgerError::journal_corrupt(&row, Some(p.sequence as i64), &why);
+                    return Err(Refusal::Unbound(e));
+                };
+                Ok(Leg {
+                    account_id: a.id,
+                    account_code: a.code.clone(),
+                    currency: a.currency.clone(),
                     direction: l.direction,
                     amount: l.amount,
-                }
+                })
             })
-            .collect()
+            .collect::<Result<Vec<Leg>, Refusal>>()?;
+        check_balanced(&legs).map_err(|e| unbalanced_named(p, &e))?;
+        Ok(legs)
     }
 
     /// Applies the posting to the totals (whole, or refused whole) and records it at the next
@@ -478,10 +564,9 @@ impl<'a> Decider<'a> {
         key_id: i64,
         id: Uuid,
         new: NewPosting,
-    ) -> Result<Posting, LedgerError> {
+    ) -> Result<Posting, Refusal> {
+        let closes_expiring = self.closes_expiring(&new)?;
         let effects = self.apply(&new)?;
-        check_balanced(&new.legs)
-            .unwrap_or_else(|e| panic!("unbalanced posting reached the writer: {e}"));
         let n = self.postings.len() as i64;
         let sequence = self.snapshot.clock.last_sequence + n + 1;
         let released: Vec<i64> = match &new.effect {
@@ -496,25 +581,7 @@ impl<'a> Decider<'a> {
         } else {
             Vec::new()
         };
-        let legs = new
-            .legs
-            .iter()
-            .zip(&effects)
-            .map(|(l, e)| PlannedLeg {
-                account_id: l.account_id,
-                direction: l.direction,
-                amount: l.amount,
-                after: e.after,
-            })
-            .collect();
-        let closes_expiring = new.closes.and_then(|c| {
-            let hold = self.target(c.hold);
-            let at = hold.hold.and_then(|h| h.expires_at)?;
-            Some((
-                at,
-                self.resolved(hold).iter().map(|l| l.account_id).collect(),
-            ))
-        });
+        let legs = planned_legs(&new.legs, &effects);
         let opened = new
             .hold
             .and_then(|h| h.expires_at)
@@ -534,28 +601,44 @@ impl<'a> Decider<'a> {
         Ok(posting)
     }
 
+    /// For a posting that closes a hold with an expiry: that expiry and the hold's legs'
+    /// account ids (the hold leaves the index of open expiring holds).
+    fn closes_expiring(
+        &self,
+        new: &NewPosting,
+    ) -> Result<Option<(OffsetDateTime, Vec<i64>)>, Refusal> {
+        let Some(c) = new.closes else {
+            return Ok(None);
+        };
+        let hold = self.named(c.hold)?;
+        let Some(at) = hold.hold.and_then(|h| h.expires_at) else {
+            return Ok(None);
+        };
+        let accounts = self.resolved(hold)?.iter().map(|l| l.account_id).collect();
+        Ok(Some((at, accounts)))
+    }
+
     /// Applies the posting's effect to the totals, whole or not at all. A lapsed hold closed
     /// now (by its expiry's release) stops being lapsed as it leaves the held totals.
-    fn apply(&mut self, new: &NewPosting) -> Result<Vec<LegEffect>, LedgerError> {
-        let change = match &new.effect {
-            Effect::Move => Change::Move(&new.legs),
-            Effect::Hold => Change::Hold(&new.legs),
-            Effect::Capture(held) => Change::Capture {
-                captured: &new.legs,
-                hold: held,
-            },
-            Effect::Release(held) => Change::Release(held),
-        };
+    fn apply(&mut self, new: &NewPosting) -> Result<Vec<LegEffect>, Refusal> {
+        if let Err(e) = check_balanced(&new.legs) {
+            let e = LedgerError::journal_corrupt(
+                "request",
+                None,
+                &format!("an unbalanced posting reached the writer: {}", e.message),
+            );
+            return Err(Refusal::Unbound(e));
+        }
         let unlapsed = new.closes.and_then(|c| self.lapsed.remove(&c.hold));
         if let Some(legs) = &unlapsed {
-            self.engine.lapse(legs, -1);
+            self.engine.lapse(legs, -1)?;
         }
-        let applied = self.engine.change(change);
+        let applied = self.engine.change(&new.effect, &new.legs);
         if let (Err(_), Some(legs), Some(c)) = (&applied, unlapsed, new.closes) {
-            self.engine.lapse(&legs, 1);
+            self.engine.lapse(&legs, 1)?;
             self.lapsed.insert(c.hold, legs);
         }
-        applied
+        Ok(applied?)
     }
 
     /// What later requests of the batch must see: voids and closed holds.
@@ -569,7 +652,17 @@ impl<'a> Decider<'a> {
     }
 
     /// The plan: the final totals of every account a posting touched, and the outcomes.
-    pub fn into_plan(self, outcomes: Vec<Outcome>) -> Plan {
+    pub fn into_plan(self, outcomes: Vec<Outcome>, unbound: Vec<(usize, LedgerError)>) -> Plan {
+        if !unbound.is_empty() {
+            return Plan {
+                postings: Vec::new(),
+                rejections: Vec::new(),
+                totals: Vec::new(),
+                base: self.base,
+                outcomes: Vec::new(),
+                unbound,
+            };
+        }
         let accounts = &self.snapshot.accounts;
         let totals: HashMap<i64, Totals> = self.engine.into_totals();
         let mut totals: Vec<FinalTotals> = self
@@ -577,7 +670,7 @@ impl<'a> Decider<'a> {
             .into_iter()
             .map(|(id, last_sequence)| FinalTotals {
                 account_id: id,
-                scale: accounts[&id].rule.scale,
+                scale: accounts[&id].account.scale,
                 totals: totals[&id],
                 last_sequence,
             })
@@ -589,9 +682,22 @@ impl<'a> Decider<'a> {
             totals,
             base: self.base,
             outcomes,
-            unbound: Vec::new(),
+            unbound,
         }
     }
+}
+
+/// The legs that moved money, each with the account's totals after it.
+fn planned_legs(legs: &[Leg], effects: &[LegEffect]) -> Vec<PlannedLeg> {
+    legs.iter()
+        .zip(effects)
+        .map(|(l, e)| PlannedLeg {
+            account_id: l.account_id,
+            direction: l.direction,
+            amount: l.amount,
+            after: e.after,
+        })
+        .collect()
 }
 
 /// Legs with their directions swapped (a void's, a release's).

@@ -12,12 +12,16 @@
 //! invariants.
 
 use super::*;
+use crate::account::Direction;
 use crate::account::{Account, Metadata, NormalBalance};
+use crate::amount::Amount;
+use crate::engine::Totals;
 use crate::hold::{CaptureRequest, PostingTerms};
 use crate::posting::{check_balanced, Leg, LegRequest, PostRequest, VoidRequest};
 use crate::record::CloseKind;
 use proptest::prelude::*;
 use time::Duration;
+use time::OffsetDateTime;
 
 /// (code, currency, normal, allow_negative) of the model's accounts; ids are the index.
 const ACCOUNTS: [(&str, &str, NormalBalance, bool); 6] = [
@@ -95,6 +99,71 @@ enum Op {
 /// Keys per caller: few enough that keys are often reused for other requests.
 const KEYS: u8 = 24;
 
+/// What a batch's snapshot may hold that no sound journal would (the rows storage reads
+/// back broken, or not at all): the postings and accounts are indexes (mod their count).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Damage {
+    None,
+    /// The load does not find a posting the lane read (not in `named`).
+    LostPosting(usize),
+    /// A named posting cannot be read (`corrupt_named`).
+    CorruptPosting(usize),
+    /// An account's row cannot be read (`corrupt_accounts`).
+    CorruptAccount(usize),
+    /// An account's totals are negative: no writer could have left them.
+    ImpossibleTotals(usize),
+}
+
+fn damage() -> impl Strategy<Value = Damage> {
+    prop_oneof![
+        8 => Just(Damage::None),
+        1 => any::<usize>().prop_map(Damage::LostPosting),
+        1 => any::<usize>().prop_map(Damage::CorruptPosting),
+        1 => (0usize..6).prop_map(Damage::CorruptAccount),
+        1 => (0usize..6).prop_map(Damage::ImpossibleTotals),
+    ]
+}
+
+/// A batch's damage made concrete: a posting (by the model's index) the snapshot lacks or
+/// cannot read, an account it cannot read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Damaged {
+    lost: Option<usize>,
+    corrupt_posting: Option<usize>,
+    corrupt_account: Option<usize>,
+    impossible_totals: Option<usize>,
+}
+
+impl Damaged {
+    fn of(d: Damage, postings: usize) -> Damaged {
+        let posting = |i: usize| i.checked_rem(postings);
+        match d {
+            Damage::None => Damaged::default(),
+            Damage::LostPosting(i) => Damaged {
+                lost: posting(i),
+                ..Damaged::default()
+            },
+            Damage::CorruptPosting(i) => Damaged {
+                corrupt_posting: posting(i),
+                ..Damaged::default()
+            },
+            Damage::CorruptAccount(a) => Damaged {
+                corrupt_account: Some(a),
+                ..Damaged::default()
+            },
+            Damage::ImpossibleTotals(a) => Damaged {
+                impossible_totals: Some(a),
+                ..Damaged::default()
+            },
+        }
+    }
+
+    /// The account no request may touch in this batch.
+    fn account(&self) -> Option<usize> {
+        self.corrupt_account.or(self.impossible_totals)
+    }
+}
+
 fn op() -> impl Strategy<Value = Op> {
     let transfer = (0usize..6, 0usize..6, 1i64..5_000).prop_map(|(f, t, c)| {
         // Within a currency: accounts 0..4 are EUR, 4..6 USD.
@@ -131,6 +200,9 @@ fn op() -> impl Strategy<Value = Op> {
 #[derive(Default)]
 struct Store {
     decided: HashMap<(String, String), StoredDecision>,
+    /// Totals every account had before the model's first posting (near
+    /// [`MAX_TOTAL_MINOR`](crate::limits::MAX_TOTAL_MINOR) for account 0 in some runs).
+    before: HashMap<i64, Totals>,
     postings: Vec<Posting>,
     totals: HashMap<i64, Totals>,
     next_key_id: i64,
@@ -138,7 +210,12 @@ struct Store {
 }
 
 impl Store {
-    fn snapshot(&mut self, requests: &[WriteRequest], now: OffsetDateTime) -> Snapshot {
+    fn snapshot(
+        &mut self,
+        requests: &[WriteRequest],
+        now: OffsetDateTime,
+        damaged: Damaged,
+    ) -> Snapshot {
         let keys = distinct_keys(requests)
             .into_iter()
             .map(|i| {
@@ -158,11 +235,19 @@ impl Store {
         let accounts = accounts()
             .into_values()
             .map(|a| {
-                let totals = self.totals.get(&a.id).copied().unwrap_or_default();
+                let mut totals = self
+                    .totals
+                    .get(&a.id)
+                    .or(self.before.get(&a.id))
+                    .copied()
+                    .unwrap_or_default();
+                if damaged.impossible_totals == Some(a.id as usize) {
+                    totals.debits = -1;
+                }
                 (
                     a.id,
                     AccountState {
-                        rule: Rule::of(&a),
+                        account: a.clone(),
                         totals,
                     },
                 )
@@ -183,13 +268,23 @@ impl Store {
                 .enumerate()
                 .map(|(i, a)| (a.0.to_owned(), i as i64))
                 .collect(),
-            targets: self
+            named: self
                 .postings
                 .iter()
-                .map(|p| (p.posting_id, p.clone()))
+                .enumerate()
+                .filter(|(i, _)| damaged.lost != Some(*i))
+                .map(|(_, p)| (p.posting_id, p.clone()))
                 .collect(),
-            corrupt_accounts: HashMap::new(),
-            corrupt_targets: HashMap::new(),
+            corrupt_accounts: damaged
+                .corrupt_account
+                .map(|a| (a as i64, corrupt("an account")))
+                .into_iter()
+                .collect(),
+            corrupt_named: damaged
+                .corrupt_posting
+                .map(|i| (self.postings[i].posting_id, corrupt("a posting")))
+                .into_iter()
+                .collect(),
             expiring: self.expiring(),
         }
     }
@@ -261,6 +356,11 @@ impl Store {
         }
         self.last = plan.last().or(self.last);
     }
+}
+
+/// The refusal storage gives of a row it cannot read.
+fn corrupt(row: &str) -> LedgerError {
+    LedgerError::journal_corrupt(row, None, "the model broke it")
 }
 
 /// A model leg: (account, debit?, cents).
@@ -347,6 +447,8 @@ struct Model {
     /// (caller, key) → (what was asked, the outcome: a posting's index or a reason).
     keys: HashMap<(String, String), (String, Result<usize, Reason>)>,
     postings: Vec<MPosting>,
+    /// The debits and credits account 0 had before the first posting, each.
+    offset: i128,
 }
 
 impl Model {
@@ -388,21 +490,18 @@ impl Model {
         }
     }
 
-    fn answer(
-        &mut self,
-        caller: &str,
-        key: &str,
-        meaning: String,
-        asks: &Asks,
-        now: i64,
-    ) -> MAnswer {
-        let k = (caller.to_owned(), key.to_owned());
+    fn answer(&mut self, s: &Sent, now: i64, damaged: Damaged) -> MAnswer {
+        let k = (s.request.caller.clone(), s.request.command.key().to_owned());
         if let Some((asked, outcome)) = self.keys.get(&k) {
-            return MAnswer::Outcome(match (asked == &meaning, outcome) {
+            return MAnswer::Outcome(match (asked == &s.meaning, outcome) {
                 (false, _) => Err(Reason::IdempotencyKeyReused),
                 (true, Ok(i)) => Ok((*i, true)),
                 (true, Err(r)) => Err(*r),
             });
+        }
+        let (meaning, asks) = (s.meaning.clone(), &s.asks);
+        if self.damaged_for(asks, damaged) {
+            return MAnswer::Unbound;
         }
         let outcome = match self.would(asks, now) {
             Would::Unbound => return MAnswer::Unbound,
@@ -411,6 +510,23 @@ impl Model {
         };
         self.keys.insert(k, (meaning, outcome));
         MAnswer::Outcome(outcome.map(|i| (i, false)))
+    }
+
+    /// Whether a new request touches what the batch's snapshot cannot hold: the posting it
+    /// names lost or corrupt, or an account of its legs or of that posting's legs corrupt.
+    fn damaged_for(&self, asks: &Asks, d: Damaged) -> bool {
+        let (named, legs): (Option<usize>, &[MLeg]) = match asks {
+            Asks::Post { legs, .. } => (None, legs),
+            Asks::Void(t) | Asks::Expire(t) => (Some(*t), &[]),
+            Asks::Capture { hold, legs } => (Some(*hold), legs),
+        };
+        let named_legs = named.map_or(&[][..], |t| &self.postings[t].legs[..]);
+        let on_account = legs
+            .iter()
+            .chain(named_legs)
+            .any(|l| d.account() == Some(l.0));
+        let lost = named.is_some() && (named == d.lost || named == d.corrupt_posting);
+        on_account || lost
     }
 
     fn would(&self, asks: &Asks, now: i64) -> Would {
@@ -423,6 +539,12 @@ impl Model {
         };
         match asks {
             Asks::Post { legs, hold: None } => Would::Record(posting(legs.clone(), MKind::Move)),
+            // A hold sent again after its expiry time passed (its first sending bound no key):
+            // no longer valid, which binds nothing.
+            Asks::Post {
+                hold: Some(Some(e)),
+                ..
+            } if *e <= now => Would::Unbound,
             Asks::Post {
                 legs,
                 hold: Some(expires),
@@ -499,6 +621,9 @@ impl Model {
     /// money or holds does; a capture or a release never is refused for funds.
     fn record(&mut self, p: MPosting, now: i64) -> Result<usize, Reason> {
         let checked = matches!(p.kind, MKind::Move | MKind::Hold { .. });
+        if p.moves() && self.past_limit(&p) {
+            return Err(Reason::LimitExceeded);
+        }
         for (id, &(_, _, normal, neg)) in ACCOUNTS.iter().enumerate() {
             let mut s = self.sums_at(id, now);
             let slot = if p.moves() { 0 } else { 2 };
@@ -521,6 +646,24 @@ impl Model {
         }
         self.postings.push(p);
         Ok(i)
+    }
+}
+
+impl Model {
+    /// Whether moving `p`'s legs would take account 0's debits or credits past
+    /// `MAX_TOTAL_MINOR` (the others start at zero and stay far below it).
+    fn past_limit(&self, p: &MPosting) -> bool {
+        let s = self.sums(0);
+        let (mut d, mut c) = (i128::from(s[0]), i128::from(s[1]));
+        for l in p.legs.iter().filter(|l| l.0 == 0) {
+            if l.1 {
+                d += i128::from(l.2);
+            } else {
+                c += i128::from(l.2);
+            }
+        }
+        let max = crate::limits::MAX_TOTAL_MINOR;
+        self.offset + d > max || self.offset + c > max
     }
 }
 
@@ -742,31 +885,51 @@ fn decide_as_the_writer(
     store: &mut Store,
     requests: &[WriteRequest],
     now: OffsetDateTime,
-) -> (Plan, Snapshot, Vec<usize>, Vec<usize>) {
-    let mut live: Vec<usize> = (0..requests.len()).collect();
-    let mut unbound = Vec::new();
-    loop {
-        let batch: Vec<WriteRequest> = live.iter().map(|&i| requests[i].clone()).collect();
-        let snapshot = store.snapshot(&batch, now);
-        let ids: Vec<Uuid> = batch.iter().map(|_| Uuid::now_v7()).collect();
-        let plan = decide(&snapshot, &batch, &ids);
-        if plan.unbound.is_empty() {
-            return (plan, snapshot, live, unbound);
+    damaged: Damaged,
+) -> (Option<Written>, Vec<Outcome>, Vec<usize>) {
+    let mut rounds = Rounds::new(requests.iter().cloned().map(Ok).collect());
+    let written = loop {
+        let (plan, snapshot, batch) = {
+            let Some(batch) = rounds.batch() else {
+                break None;
+            };
+            let snapshot = store.snapshot(&batch, now, damaged);
+            let ids: Vec<Uuid> = batch.iter().map(|_| Uuid::now_v7()).collect();
+            let plan = decide(&snapshot, &batch, &ids);
+            if !plan.unbound.is_empty() {
+                assert!(
+                    plan.postings.is_empty() && plan.rejections.is_empty(),
+                    "an unbound plan plans nothing"
+                );
+            }
+            (plan, snapshot, batch.into_owned())
+        };
+        if let Some(plan) = rounds.decided(plan) {
+            break Some(Written {
+                plan,
+                snapshot,
+                batch,
+            });
         }
-        assert!(
-            plan.postings.is_empty() && plan.rejections.is_empty(),
-            "an unbound plan plans nothing"
-        );
-        let refused: Vec<usize> = plan.unbound.iter().map(|(j, _)| live[*j]).collect();
-        unbound.extend(&refused);
-        live.retain(|i| !refused.contains(i));
-    }
+    };
+    let unbound = rounds.unbound().to_vec();
+    let outcomes = written
+        .as_ref()
+        .map_or(Vec::new(), |w| w.plan.outcomes.clone());
+    (written, rounds.outcomes(outcomes), unbound)
+}
+
+/// The round a batch was written by: its plan, its snapshot, its requests.
+struct Written {
+    plan: Plan,
+    snapshot: Snapshot,
+    batch: Vec<WriteRequest>,
 }
 
 /// Checks the outcomes of the live requests and the unbound ones against the model's answers.
 fn check_outcomes(
-    plan: &Plan,
-    live: &[usize],
+    written: Option<&Written>,
+    outcomes: &[Outcome],
     unbound: &[usize],
     want: &[MAnswer],
     ids: &mut Vec<Uuid>,
@@ -776,10 +939,12 @@ fn check_outcomes(
     let want_unbound: Vec<usize> = (0..want.len())
         .filter(|&i| want[i] == MAnswer::Unbound)
         .collect();
-    prop_assert_eq!(unbound, want_unbound, "refused unbound");
-    for (got, &i) in plan.outcomes.iter().zip(live) {
+    prop_assert_eq!(&unbound, &want_unbound, "refused unbound");
+    prop_assert_eq!(outcomes.len(), want.len(), "an outcome per request");
+    for (i, got) in outcomes.iter().enumerate() {
         let MAnswer::Outcome(want) = want[i] else {
-            unreachable!()
+            prop_assert!(got.is_err(), "an unbound refusal is an error");
+            continue;
         };
         match (got, want) {
             (Ok(d), Ok((n, replayed))) => {
@@ -793,7 +958,7 @@ fn check_outcomes(
             (got, want) => prop_assert!(false, "decide {:?}, model {:?}", got, want),
         }
     }
-    for p in &plan.postings {
+    for p in written.iter().flat_map(|w| &w.plan.postings) {
         let legs: Vec<Leg> = p
             .posting
             .legs
@@ -851,8 +1016,14 @@ fn check_store(store: &Store, model: &Model, ids: &[Uuid]) -> Result<(), TestCas
         prop_assert_eq!(&got, m, "posting {}", i);
     }
     for (id, &(_, _, normal, _)) in ACCOUNTS.iter().enumerate() {
-        let t = store.totals.get(&(id as i64)).copied().unwrap_or_default();
-        let s = model.sums(id).map(i128::from);
+        let key = id as i64;
+        let t = store.totals.get(&key).or(store.before.get(&key));
+        let t = t.copied().unwrap_or_default();
+        let mut s = model.sums(id).map(i128::from);
+        if id == 0 {
+            s[0] += model.offset;
+            s[1] += model.offset;
+        }
         prop_assert_eq!(
             [t.debits, t.credits, t.held_debits, t.held_credits],
             s,
@@ -885,14 +1056,25 @@ fn funding() -> Vec<Op> {
 }
 
 /// Runs the batches (each with whether the expiry task is late for it, sending none of its
-/// releases) after a funding batch.
-fn run(mut batches: Vec<(bool, Vec<Op>)>) -> Result<(), TestCaseError> {
-    batches.insert(0, (false, funding()));
+/// releases, and what its snapshot breaks) after a funding batch; account 0 starts with
+/// `room` cents below `MAX_TOTAL_MINOR` on each side when given.
+fn run(mut batches: Vec<(bool, Damage, Vec<Op>)>, room: Option<i64>) -> Result<(), TestCaseError> {
+    batches.insert(0, (false, Damage::None, funding()));
     let (mut store, mut model) = (Store::default(), Model::default());
+    if let Some(room) = room {
+        model.offset = crate::limits::MAX_TOTAL_MINOR - i128::from(room);
+        let near = Totals {
+            debits: model.offset,
+            credits: model.offset,
+            ..Totals::default()
+        };
+        store.before.insert(0, near);
+    }
     let mut ids: Vec<Uuid> = Vec::new(); // posting ids by the model's index
     let mut sent: Vec<Op> = Vec::new();
-    for (b, (late, ops)) in batches.into_iter().enumerate() {
+    for (b, (late, damage, ops)) in batches.into_iter().enumerate() {
         let now = b as i64;
+        let damaged = Damaged::of(damage, model.postings.len());
         // The expiry task: a release of every open hold that is due, unless it is late.
         let due = (0..model.postings.len()).filter(|&i| !late && model.postings[i].lapsed(now));
         let mut batch: Vec<Sent> = due.map(|i| expire(&ids, i)).collect();
@@ -908,22 +1090,16 @@ fn run(mut batches: Vec<(bool, Vec<Op>)>) -> Result<(), TestCaseError> {
         }
         let want: Vec<MAnswer> = batch
             .iter()
-            .map(|s| {
-                model.answer(
-                    &s.request.caller,
-                    s.request.command.key(),
-                    s.meaning.clone(),
-                    &s.asks,
-                    now,
-                )
-            })
+            .map(|s| model.answer(s, now, damaged))
             .collect();
         let requests: Vec<WriteRequest> = batch.into_iter().map(|s| s.request).collect();
-        let (plan, snapshot, live, unbound) = decide_as_the_writer(&mut store, &requests, at(now));
-        plan.assert_sound(&snapshot.clock);
-        check_outcomes(&plan, &live, &unbound, &want, &mut ids)?;
-        let live_requests: Vec<WriteRequest> = live.iter().map(|&i| requests[i].clone()).collect();
-        store.write(&plan, &live_requests, &snapshot);
+        let (written, outcomes, unbound) =
+            decide_as_the_writer(&mut store, &requests, at(now), damaged);
+        check_outcomes(written.as_ref(), &outcomes, &unbound, &want, &mut ids)?;
+        if let Some(w) = &written {
+            w.plan.assert_sound(&w.snapshot.clock);
+            store.write(&w.plan, &w.batch, &w.snapshot);
+        }
         check_store(&store, &model, &ids)?;
     }
     Ok(())
@@ -941,8 +1117,9 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(cases()))]
     #[test]
     fn decide_agrees_with_the_model_on_every_outcome_posting_and_balance(
-        batches in prop::collection::vec((prop::bool::weighted(0.3), prop::collection::vec(op(), 1..9)), 1..8)
+        batches in prop::collection::vec((prop::bool::weighted(0.3), damage(), prop::collection::vec(op(), 1..9)), 1..8),
+        room in prop_oneof![3 => Just(None), 1 => (0i64..60_000).prop_map(Some)],
     ) {
-        run(batches)?;
+        run(batches, room)?;
     }
 }

@@ -1,10 +1,14 @@
 //! Each rule of `decide`, by name, on a hand-made snapshot.
 
 use super::*;
+use crate::account::Direction;
 use crate::account::{Account, Metadata, NormalBalance};
+use crate::amount::Amount;
+use crate::engine::Totals;
 use crate::posting::{LegRequest, PostRequest, VoidRequest};
 use crate::record::{CloseKind, Closes, PostedLeg};
 use time::Duration;
+use time::OffsetDateTime;
 
 fn t0() -> OffsetDateTime {
     OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap()
@@ -119,7 +123,7 @@ fn snapshot(requests: &[WriteRequest], a_cents: i128, targets: &[Posting]) -> Sn
             (
                 acc.id,
                 AccountState {
-                    rule: Rule::of(&acc),
+                    account: acc.clone(),
                     totals,
                 },
             )
@@ -136,9 +140,9 @@ fn snapshot(requests: &[WriteRequest], a_cents: i128, targets: &[Posting]) -> Sn
             .collect(),
         accounts: states,
         account_ids: accounts().into_values().map(|a| (a.code, a.id)).collect(),
-        targets: targets.iter().map(|p| (p.posting_id, p.clone())).collect(),
+        named: targets.iter().map(|p| (p.posting_id, p.clone())).collect(),
         corrupt_accounts: HashMap::new(),
-        corrupt_targets: HashMap::new(),
+        corrupt_named: HashMap::new(),
         expiring: Vec::new(),
     }
 }
@@ -375,7 +379,7 @@ fn requests_touching_corrupt_rows_are_refused_unbound_and_nothing_is_planned() {
     );
     assert!(plan.postings.is_empty() && plan.rejections.is_empty() && plan.outcomes.is_empty());
     let mut s = snapshot(&requests[1..], 1000, &[]);
-    s.corrupt_targets.insert(open.posting_id, corrupt.clone());
+    s.corrupt_named.insert(open.posting_id, corrupt.clone());
     assert_eq!(
         run(&requests[1..], &s).unbound.len(),
         1,

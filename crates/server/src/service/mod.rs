@@ -132,36 +132,19 @@ impl Ledger {
         }
     }
 
-    /// Accounts by code, from memory or storage; missing codes are absent from the map.
+    /// Accounts by code, through the account cache; missing codes are absent from the map,
+    /// and an account whose row cannot be read is its refusal (`JOURNAL_CORRUPT`).
     async fn accounts(&self, codes: &[String]) -> Result<HashMap<String, Account>, LedgerError> {
-        let mut found = HashMap::with_capacity(codes.len());
-        let mut missing = Vec::new();
-        {
-            let cache = self.accounts.read().expect("account cache lock");
-            for c in codes {
-                match cache.by_code(c) {
-                    Some(a) => {
-                        found.insert(c.clone(), a.clone());
-                    }
-                    None => missing.push(c.clone()),
-                }
-            }
-        }
-        if !missing.is_empty() {
-            let client = self.client().await?;
-            let loaded = storage::accounts::get_many(&client, &missing)
-                .await
-                .map_err(StorageError::into_ledger_error)?;
-            for a in &loaded {
-                found.insert(a.code.clone(), a.clone());
-            }
-            let n = loaded.len();
-            self.accounts
-                .write()
-                .expect("account cache lock")
-                .fill(loaded, n);
-        }
-        Ok(found)
+        let found = storage::accounts::get_or_load(&self.accounts, codes, |missing| async move {
+            let client = self.pool.get().await?;
+            storage::accounts::rows_by_code(&client, &missing).await
+        })
+        .await
+        .map_err(StorageError::into_ledger_error)?;
+        found
+            .into_iter()
+            .map(|(code, a)| a.map(|a| (code, a)))
+            .collect()
     }
 
     /// One account by code.

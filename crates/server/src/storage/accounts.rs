@@ -2,7 +2,12 @@
 
 use super::StorageError;
 use deadpool_postgres::GenericClient;
-use ledger_core::{Account, Metadata, NewAccount, NormalBalance};
+use ledger_core::account::AccountCache;
+use ledger_core::{Account, LedgerError, Metadata, NewAccount, NormalBalance};
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::RwLock;
 use tokio_postgres::Row;
 
 /// The columns [`account_from_row`] reads, of `accounts` aliased `a` (the one list of them).
@@ -170,4 +175,109 @@ pub async fn list(
         )
         .await?;
     rows.iter().map(account_from_row).collect()
+}
+
+/// How the account cache finds an account: by id (recorded legs name ids) or by code
+/// (requests name codes).
+pub trait AccountKey: Clone + Eq + Hash {
+    fn cached(&self, cache: &AccountCache) -> Option<Account>;
+    /// The key of an account row (also of one that cannot be read).
+    fn of_row(row: &Row) -> Self;
+}
+
+impl AccountKey for i64 {
+    fn cached(&self, cache: &AccountCache) -> Option<Account> {
+        cache.by_id(*self).cloned()
+    }
+
+    fn of_row(row: &Row) -> i64 {
+        row.get("account_id")
+    }
+}
+
+impl AccountKey for String {
+    fn cached(&self, cache: &AccountCache) -> Option<Account> {
+        cache.by_code(self).cloned()
+    }
+
+    fn of_row(row: &Row) -> String {
+        row.get("code")
+    }
+}
+
+/// The accounts under `keys`, as a lookup answers them: each one found, or the refusal of a
+/// row that cannot be read (`JOURNAL_CORRUPT`); keys of no account are absent.
+pub type Found<K> = HashMap<K, Result<Account, LedgerError>>;
+
+/// The account cache's read-through, the one way accounts are looked up (accounts never
+/// change, so a cached one is never stale): those under `keys` the cache holds are taken from
+/// it at once (another lookup may empty it, when full, before the caller is done); `fetch`
+/// reads the rows ([`ACCOUNT_COLUMNS`]) of those it misses (distinct; it is not called when
+/// none is), which are then added to it.
+pub async fn get_or_load<K, F, Fut>(
+    cache: &RwLock<AccountCache>,
+    keys: &[K],
+    fetch: F,
+) -> Result<Found<K>, StorageError>
+where
+    K: AccountKey,
+    F: FnOnce(Vec<K>) -> Fut,
+    Fut: Future<Output = Result<Vec<Row>, StorageError>>,
+{
+    let mut found: Found<K> = HashMap::with_capacity(keys.len());
+    let mut missing: Vec<K> = Vec::new();
+    {
+        let cache = cache.read().expect("account cache lock");
+        let mut seen = HashSet::with_capacity(keys.len());
+        for k in keys.iter().filter(|k| seen.insert(*k)) {
+            match k.cached(&cache) {
+                Some(a) => {
+                    found.insert(k.clone(), Ok(a));
+                }
+                None => missing.push(k.clone()),
+            }
+        }
+    }
+    if missing.is_empty() {
+        return Ok(found);
+    }
+    let mut fresh = Vec::new();
+    for r in fetch(missing).await? {
+        let account = account_from_row(&r).map_err(StorageError::into_ledger_error);
+        if let Ok(a) = &account {
+            fresh.push(a.clone());
+        }
+        found.insert(K::of_row(&r), account);
+    }
+    let n = fresh.len();
+    cache.write().expect("account cache lock").fill(fresh, n);
+    Ok(found)
+}
+
+/// The rows of the accounts among `codes`, for [`get_or_load`].
+pub async fn rows_by_code(
+    client: &impl GenericClient,
+    codes: &[String],
+) -> Result<Vec<Row>, StorageError> {
+    let sql = format!("SELECT {ACCOUNT_COLUMNS} FROM accounts a WHERE a.code = ANY($1)");
+    let st = client.prepare_cached(&sql).await?;
+    Ok(client.query(&st, &[&codes]).await?)
+}
+
+/// The rows of the accounts among `ids`, each looked up on its primary key, for
+/// [`get_or_load`].
+pub async fn rows_by_id(
+    client: &impl GenericClient,
+    ids: &[i64],
+) -> Result<Vec<Row>, StorageError> {
+    let st = client.prepare_cached(&accounts_by_id_sql()).await?;
+    Ok(client.query(&st, &[&ids]).await?)
+}
+
+/// The accounts of the ids `$1`, each on its primary key whatever the statistics say.
+pub(crate) fn accounts_by_id_sql() -> String {
+    format!(
+        "SELECT r.* FROM unnest($1::bigint[]) AS x(id)
+         CROSS JOIN LATERAL (SELECT {ACCOUNT_COLUMNS} FROM accounts a WHERE a.account_id = x.id LIMIT 1) r"
+    )
 }

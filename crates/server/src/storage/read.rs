@@ -1,6 +1,8 @@
 //! Read queries: postings, balances and statements at a bitemporal cut-off.
 
-use super::accounts::{account_from_row, metadata_from_json, ACCOUNT_COLUMNS};
+use super::accounts::{
+    account_from_row, get_or_load, metadata_from_json, rows_by_id, Found, ACCOUNT_COLUMNS,
+};
 use super::{StorageError, LEDGER_WRITE_LOCK};
 use deadpool_postgres::GenericClient;
 use ledger_core::account::AccountCache;
@@ -9,6 +11,7 @@ use ledger_core::engine::{available_of, balance_of};
 use ledger_core::record::{
     rfc3339, AppliedAsOf, AsOf, Balance, CloseKind, Closes, Entry, HoldState, PostedLeg, Posting,
 };
+use ledger_core::write::NamedPostings;
 use ledger_core::{Account, Direction, LedgerError, Reason};
 use std::collections::HashMap;
 use std::sync::RwLock;
@@ -278,9 +281,6 @@ const TARGET_LEGS_SQL: &str = "SELECT l.sequence, l.leg_index, l.account_id, l.d
      ORDER BY l.sequence, l.leg_index";
 
 /// Accounts by id, whole (those the cache does not hold).
-const ACCOUNTS_BY_ID_SQL: &str = "SELECT r.* FROM unnest($1::bigint[]) AS x(id)
-     CROSS JOIN LATERAL (SELECT {ACCOUNT_COLUMNS} FROM accounts a WHERE a.account_id = x.id LIMIT 1) r";
-
 /// The state of those postings now, read under the write lock: the void of each and the
 /// posting that closed it (a hold), each looked up on its unique index.
 pub(crate) const TARGET_STATES_SQL: &str = "SELECT x.id, v.posting_id AS voided_by, c.posting_id AS closed_by, c.close_kind AS closed_how
@@ -306,26 +306,15 @@ pub(crate) fn with_state(
     Ok(p)
 }
 
-/// The postings a batch's voids, captures and expiries name, as recorded (their state left
-/// out), with the accounts of their legs; a posting that breaks an invariant comes back as the
-/// refusal of the requests that name it.
-#[derive(Debug, Default)]
-pub struct Targets {
-    pub postings: HashMap<Uuid, Posting>,
-    pub corrupt: HashMap<Uuid, LedgerError>,
-    /// The accounts of the sound postings' legs, by code.
-    pub accounts: HashMap<String, Account>,
-}
-
-/// Reads [`Targets`] by id (distinct): two statements, sent together; their legs' accounts
-/// from `cache`, and those it misses in one more.
-pub async fn targets_by_id(
+/// Reads the [`NamedPostings`] by id (distinct), as recorded (their state left out): two
+/// statements, sent together; their legs' accounts through the account cache.
+pub async fn named_postings(
     client: &impl GenericClient,
     ids: &[Uuid],
     cache: &RwLock<AccountCache>,
-) -> Result<Targets, StorageError> {
+) -> Result<NamedPostings, StorageError> {
     if ids.is_empty() {
-        return Ok(Targets::default());
+        return Ok(NamedPostings::default());
     }
     let (heads_st, legs_st) = futures_util::future::try_join(
         client.prepare_cached(TARGET_HEADS_SQL),
@@ -342,7 +331,7 @@ pub async fn targets_by_id(
     for l in &legs {
         legs_of.entry(l.get("sequence")).or_default().push(l);
     }
-    let mut t = Targets::default();
+    let mut t = NamedPostings::default();
     for h in &heads {
         let id: Uuid = h.get("posting_id");
         let rows = legs_of.remove(&h.get("sequence")).unwrap_or_default();
@@ -363,45 +352,17 @@ pub async fn targets_by_id(
     Ok(t)
 }
 
-/// The accounts the leg rows name, by id: from the cache, else read (an account row that
-/// cannot be read is its error); ids of no account are absent.
+/// The accounts the leg rows name, by id, through the account cache.
 async fn leg_accounts(
     client: &impl GenericClient,
     legs: &[tokio_postgres::Row],
     cache: &RwLock<AccountCache>,
-) -> Result<HashMap<i64, Result<Account, LedgerError>>, StorageError> {
-    let mut found: HashMap<i64, Result<Account, LedgerError>> = HashMap::new();
-    let mut missing: Vec<i64> = Vec::new();
-    {
-        let cache = cache.read().expect("account cache lock");
-        for l in legs {
-            let id: i64 = l.get("account_id");
-            match cache.by_id(id) {
-                Some(a) => {
-                    found.entry(id).or_insert_with(|| Ok(a.clone()));
-                }
-                None => missing.push(id),
-            }
-        }
-    }
-    if missing.is_empty() {
-        return Ok(found);
-    }
-    missing.sort_unstable();
-    missing.dedup();
-    let sql = ACCOUNTS_BY_ID_SQL.replace("{ACCOUNT_COLUMNS}", ACCOUNT_COLUMNS);
-    let st = client.prepare_cached(&sql).await?;
-    let mut fresh = Vec::new();
-    for r in client.query(&st, &[&missing]).await? {
-        let account = account_from_row(&r).map_err(StorageError::into_ledger_error);
-        if let Ok(a) = &account {
-            fresh.push(a.clone());
-        }
-        found.insert(r.get("account_id"), account);
-    }
-    let n = fresh.len();
-    cache.write().expect("account cache lock").fill(fresh, n);
-    Ok(found)
+) -> Result<Found<i64>, StorageError> {
+    let ids: Vec<i64> = legs.iter().map(|l| l.get("account_id")).collect();
+    get_or_load(cache, &ids, |missing| async move {
+        rows_by_id(client, &missing).await
+    })
+    .await
 }
 
 /// One target from its head and leg rows, on the accounts its legs name.

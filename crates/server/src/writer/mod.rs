@@ -1,8 +1,10 @@
 //! The writer task: one per process, it takes whatever requests are queued (up to
-//! [`MAX_BATCH`]) and runs them as one batch, load → decide → write: storage loads the
-//! batch's snapshot ([`crate::storage::batch::load`]), the pure
-//! [`ledger_core::write::decide`] turns it into a plan, storage writes the plan and commits
-//! ([`crate::storage::batch::write`]); then every caller is answered. It never waits on a
+//! [`MAX_BATCH`]) and runs them as one batch: the postings they name are read and the requests
+//! admitted against them ([`ledger_core::write::admit`]), then the batch's rounds
+//! ([`ledger_core::write::Rounds`]), load → decide → write: storage loads the snapshot
+//! ([`crate::storage::batch::load`]), the pure [`ledger_core::write::decide`] turns it into a
+//! plan, storage writes the plan and commits ([`crate::storage::batch::write`]); then every
+//! caller is answered. It never waits on a
 //! timer: a short queue makes a small batch, and under load batches grow by themselves
 //! (group commit).
 //!
@@ -11,14 +13,13 @@
 //! decided as if the caller had sent them one by one); other callers' jobs may share that
 //! batch.
 
-mod targets;
-
-use crate::storage::batch;
-use crate::storage::read::Targets;
+use crate::storage::{self, batch};
 use crate::storage::{Pool, StorageError};
 use ledger_core::account::AccountCache;
 use ledger_core::hold::CaptureRequest;
-use ledger_core::write::{decide, Outcome, WriteRequest};
+use ledger_core::write::{
+    admit, decide, named_by, Outcome, PendingCapture, Queued, Rounds, WriteRequest,
+};
 use ledger_core::Account;
 use ledger_core::LedgerError;
 use std::collections::HashMap;
@@ -99,23 +100,6 @@ type JobReply = oneshot::Sender<Result<Vec<Outcome>, LedgerError>>;
 struct Job {
     requests: Vec<Queued>,
     reply: JobReply,
-}
-
-/// A request as it waits in the queue: ready for `decide`, or a capture still to be checked
-/// against its hold (by the lane, for the whole batch at once: [`targets`]).
-pub(crate) enum Queued {
-    Ready(WriteRequest),
-    Capture(Box<PendingCapture>),
-}
-
-/// A capture whose shape was checked and whose legs' accounts were found, before its hold's
-/// terms are read.
-pub(crate) struct PendingCapture {
-    caller: String,
-    hold: uuid::Uuid,
-    request: CaptureRequest,
-    /// The accounts the request's legs name, by code.
-    accounts: HashMap<String, Account>,
 }
 
 /// A handle to submit requests to the writer task.
@@ -417,78 +401,46 @@ fn answer(replies: &mut Vec<(JobReply, usize)>, result: Result<Vec<Outcome>, Sto
     }
 }
 
-/// One batch, load → decide → write, on a connection: one outcome per request, in order, only
-/// after the commit. Requests that touch rows breaking an invariant are refused
-/// (`JOURNAL_CORRUPT`) and the batch runs again without them, since its transaction claimed
-/// their keys; each round refuses at least one, so this ends. Any error means nothing of the
-/// batch may be assumed: every caller must be told `UNAVAILABLE`.
-async fn apply(
-    client: &crate::storage::Conn,
-    requests: &[WriteRequest],
-    accounts: &RwLock<AccountCache>,
-    targets: &Targets,
-) -> Result<Vec<Outcome>, StorageError> {
-    let mut refused: HashMap<usize, LedgerError> = HashMap::new();
-    loop {
-        let live: Vec<usize> = (0..requests.len())
-            .filter(|i| !refused.contains_key(i))
-            .collect();
-        if live.is_empty() {
-            return Ok(merge(requests.len(), Vec::new(), &live, refused));
-        }
-        let batch: std::borrow::Cow<[WriteRequest]> = if refused.is_empty() {
-            std::borrow::Cow::Borrowed(requests)
-        } else {
-            live.iter().map(|&i| requests[i].clone()).collect()
-        };
-        let ids: Vec<uuid::Uuid> = batch.iter().map(|_| uuid::Uuid::now_v7()).collect();
-        let plan = match round(client, &batch, &ids, accounts, targets).await {
-            Ok(p) => p,
-            Err(e) => {
-                batch::rollback(client).await;
-                return Err(e);
-            }
-        };
-        if plan.unbound.is_empty() {
-            return Ok(merge(requests.len(), plan.outcomes, &live, refused));
-        }
-        batch::rollback(client).await;
-        refused.extend(plan.unbound.into_iter().map(|(j, e)| (live[j], e)));
-    }
-}
-
-/// The queued requests checked against their targets ([`targets`]), then those that
-/// pass applied as one batch ([`apply`]): one outcome per request, in order.
+/// One batch on a connection: the postings its requests name read (outside the transaction:
+/// they never change once recorded) and the requests admitted against them, then its rounds,
+/// load → decide → write, until a plan refuses nothing unbound: one outcome per request, in
+/// order, only after the commit. Any error means nothing of the batch may be assumed: every
+/// caller must be told `UNAVAILABLE`.
 async fn apply_checked(
     client: &crate::storage::Conn,
     queued: Vec<Queued>,
     accounts: &RwLock<AccountCache>,
 ) -> Result<Vec<Outcome>, StorageError> {
-    let (checked, targets) = targets::checked(client, queued, accounts).await?;
-    let n = checked.len();
-    let mut refused = HashMap::new();
-    let mut ready = Vec::with_capacity(n);
-    let mut live = Vec::with_capacity(n);
-    for (i, c) in checked.into_iter().enumerate() {
-        match c {
-            Ok(r) => {
-                live.push(i);
-                ready.push(r);
-            }
-            Err(e) => {
-                refused.insert(i, e);
-            }
+    let named = storage::read::named_postings(client, &named_by(&queued), accounts).await?;
+    let mut rounds = Rounds::new(admit(queued, &named));
+    loop {
+        let (plan, clock) = {
+            let Some(batch) = rounds.batch() else {
+                return Ok(rounds.outcomes(Vec::new()));
+            };
+            let ids: Vec<uuid::Uuid> = batch.iter().map(|_| uuid::Uuid::now_v7()).collect();
+            let snapshot = match batch::load(client, &batch, accounts, &named).await {
+                Ok(s) => s,
+                Err(e) => {
+                    batch::rollback(client).await;
+                    return Err(e);
+                }
+            };
+            (decide(&snapshot, &batch, &ids), snapshot.clock)
+        };
+        let Some(plan) = rounds.decided(plan) else {
+            batch::rollback(client).await;
+            continue;
+        };
+        if let Err(e) = batch::write(client, &plan, &clock).await {
+            batch::rollback(client).await;
+            return Err(e);
         }
+        return Ok(rounds.outcomes(plan.outcomes));
     }
-    let outcomes = if ready.is_empty() {
-        Vec::new()
-    } else {
-        apply(client, &ready, accounts, &targets).await?
-    };
-    Ok(merge(n, outcomes, &live, refused))
 }
 
-/// A batch as a lane applies it (its targets checked, then load → decide → write), with an
+/// A batch as a lane applies it (admitted, then its rounds), with an
 /// account cache of its own, for tools and tests that write a batch directly.
 pub async fn apply_alone(
     client: &crate::storage::Conn,
@@ -496,38 +448,4 @@ pub async fn apply_alone(
 ) -> Result<Vec<Outcome>, StorageError> {
     let queued = requests.iter().cloned().map(Queued::Ready).collect();
     apply_checked(client, queued, &RwLock::new(AccountCache::default())).await
-}
-
-/// One round: load the snapshot, decide, and write the plan unless it refused requests
-/// unbound (then the caller rolls back and runs again without them).
-async fn round(
-    client: &crate::storage::Conn,
-    requests: &[WriteRequest],
-    ids: &[uuid::Uuid],
-    accounts: &RwLock<AccountCache>,
-    targets: &Targets,
-) -> Result<ledger_core::write::Plan, StorageError> {
-    let snapshot = batch::load(client, requests, accounts, targets).await?;
-    let plan = decide(&snapshot, requests, ids);
-    if plan.unbound.is_empty() {
-        batch::write(client, &plan, &snapshot.clock).await?;
-    }
-    Ok(plan)
-}
-
-/// The outcomes of the `live` requests (in order) and of the `refused` ones, by index.
-fn merge(
-    n: usize,
-    outcomes: Vec<Outcome>,
-    live: &[usize],
-    mut refused: HashMap<usize, LedgerError>,
-) -> Vec<Outcome> {
-    assert_eq!(outcomes.len(), live.len(), "one outcome per live request");
-    let mut by_index: HashMap<usize, Outcome> = live.iter().copied().zip(outcomes).collect();
-    (0..n)
-        .map(|i| match refused.remove(&i) {
-            Some(e) => Err(e),
-            None => by_index.remove(&i).expect("an outcome for every request"),
-        })
-        .collect()
 }

@@ -1,20 +1,19 @@
 //! The load step: the batch's transaction up to the snapshot its decision needs.
 
 use super::{BEGIN_SQL, CUSTOM_PLANS};
-use crate::storage::accounts::account_from_row;
+use crate::storage::accounts::{get_or_load, Found};
 use crate::storage::read::{
-    direction_from_sql, postings_by_sequence, stored_rejection, with_state, Targets,
-    TARGET_STATES_SQL,
+    direction_from_sql, postings_by_sequence, stored_rejection, with_state, TARGET_STATES_SQL,
 };
 use crate::storage::{StorageError, LEDGER_WRITE_LOCK};
 use ledger_core::account::{Account, AccountCache};
 use ledger_core::amount::{parse_stored, Amount};
-use ledger_core::engine::{available_of, Rule, Totals};
+use ledger_core::engine::Totals;
 use ledger_core::posting::Fingerprint;
 use ledger_core::record::Posting;
 use ledger_core::write::{
-    distinct_keys, AccountState, Clock, Command, ExpiringHold, HeldLeg, KeyState, Operation,
-    Snapshot, StoredDecision, WriteRequest,
+    distinct_keys, AccountState, Clock, Command, ExpiringHold, HeldLeg, KeyState, NamedPostings,
+    Operation, Snapshot, StoredDecision, WriteRequest,
 };
 use ledger_core::LedgerError;
 use std::collections::HashMap;
@@ -78,7 +77,6 @@ struct FirstRows {
     claim: Vec<Row>,
     state: Row,
     totals: Vec<Row>,
-    accounts: Vec<Row>,
     /// The state of the targets ([`TARGET_STATES_SQL`]).
     targets: Vec<Row>,
     /// The due holds' legs ([`EXPIRING_SQL`]).
@@ -93,35 +91,24 @@ pub async fn load(
     client: &deadpool_postgres::Client,
     requests: &[WriteRequest],
     cache: &RwLock<AccountCache>,
-    targets: &Targets,
+    targets: &NamedPostings,
 ) -> Result<Snapshot, StorageError> {
     assert!(!requests.is_empty(), "empty batch");
     let firsts = distinct_keys(requests);
     let (ids, voids) = touched(requests, &firsts, targets);
-    // The rules of the targets' accounts (as the lane read them) and of cached accounts are
-    // taken now: the cache may be emptied (when full) by another batch before this one is
-    // decided.
+    // The targets' accounts as the lane read them; the others through the account cache
+    // (taken from it at once: another batch may empty it, when full, before this one is
+    // decided), those it misses read in the first round trip.
     let mut found = Accounts::default();
     found.of_targets(&targets.accounts);
-    let uncached: Vec<i64> = {
-        let cache = cache.read().expect("account cache lock");
-        ids.iter()
-            .copied()
-            .filter(|&id| {
-                if found.rules.contains_key(&id) {
-                    return false;
-                }
-                match cache.by_id(id) {
-                    Some(a) => {
-                        found.rules.insert(id, Rule::of(a));
-                        false
-                    }
-                    None => true,
-                }
-            })
-            .collect()
-    };
-    let first = first_round_trip(client, requests, &firsts, &ids, &uncached, &voids).await?;
+    let others: Vec<i64> = ids
+        .iter()
+        .copied()
+        .filter(|id| !found.rules.contains_key(id))
+        .collect();
+    let (first, accounts) =
+        first_round_trip(client, requests, &firsts, (&ids, &others), cache, &voids).await?;
+    found.read(accounts);
     let clock = clock_of(&first.state);
     let claimed = claimed_keys(&first.claim, firsts.len());
     let keys = key_states(client, requests, &firsts, &claimed).await?;
@@ -131,7 +118,6 @@ pub async fn load(
         .filter_map(|(&i, c)| c.and(requests[i].command.target()))
         .collect();
     let (targets_now, corrupt_targets) = targets_now(targets, &new_voids, &first.targets);
-    found.read(&first.accounts, cache);
     found.totals(&ids, &first.totals);
     let expiring = found.expiring(&first.expiring);
     Ok(Snapshot {
@@ -139,9 +125,9 @@ pub async fn load(
         keys,
         accounts: found.states,
         account_ids: found.ids,
-        targets: targets_now,
+        named: targets_now,
         corrupt_accounts: found.corrupt,
-        corrupt_targets,
+        corrupt_named: corrupt_targets,
         expiring,
     })
 }
@@ -151,7 +137,7 @@ pub async fn load(
 fn touched(
     requests: &[WriteRequest],
     firsts: &[usize],
-    targets: &Targets,
+    targets: &NamedPostings,
 ) -> (Vec<i64>, Vec<Uuid>) {
     let mut ids: Vec<i64> = Vec::new();
     let mut voids: Vec<Uuid> = Vec::new();
@@ -183,7 +169,7 @@ fn touched(
 /// The targets of the keys this batch claimed, each with its state now; a state that cannot be
 /// read (a closing posting of an unknown kind) is the refusal of the requests that name it.
 fn targets_now(
-    targets: &Targets,
+    targets: &NamedPostings,
     claimed: &[Uuid],
     states: &[Row],
 ) -> (HashMap<Uuid, Posting>, HashMap<Uuid, LedgerError>) {
@@ -220,10 +206,10 @@ async fn first_round_trip(
     client: &deadpool_postgres::Client,
     requests: &[WriteRequest],
     firsts: &[usize],
-    ids: &[i64],
-    uncached: &[i64],
+    (ids, others): (&[i64], &[i64]),
+    cache: &RwLock<AccountCache>,
     voids: &[Uuid],
-) -> Result<FirstRows, StorageError> {
+) -> Result<(FirstRows, Found<i64>), StorageError> {
     let (lock_st, state_st, claim_st, totals_st, accounts_st, targets_st, expiring_st) = futures_util::try_join!(
         client.prepare_cached("SELECT pg_advisory_xact_lock($1)"),
         client.prepare_cached(STATE_SQL),
@@ -247,12 +233,9 @@ async fn first_round_trip(
         .map(|&i| requests[i].command.fingerprint().as_slice())
         .collect();
     let claim_params: [&(dyn ToSql + Sync); 4] = [&callers, &keys, &ops, &fps];
-    let accounts = async {
-        if uncached.is_empty() {
-            return Ok(Vec::new());
-        }
-        client.query(&accounts_st, &[&uncached]).await
-    };
+    let accounts = get_or_load(cache, others, |missing| async move {
+        Ok(client.query(&accounts_st, &[&missing]).await?)
+    });
     let targets = async {
         if voids.is_empty() {
             return Ok(Vec::new());
@@ -262,25 +245,28 @@ async fn first_round_trip(
     let lock_params: [&(dyn ToSql + Sync); 1] = [&LEDGER_WRITE_LOCK];
     let totals_params: [&(dyn ToSql + Sync); 1] = [&ids];
     let expiring_params: [&(dyn ToSql + Sync); 2] = [&ids, &(requests.len() as i64)];
-    let (_, claim, _, state, _, totals, accounts, targets, expiring) = futures_util::try_join!(
-        client.batch_execute(&BEGIN_SQL),
-        client.query(&claim_st, &claim_params),
-        client.execute(&lock_st, &lock_params),
-        client.query_one(&state_st, &[]),
-        client.batch_execute(CUSTOM_PLANS),
-        client.query(&totals_st, &totals_params),
-        accounts,
-        targets,
-        client.query(&expiring_st, &expiring_params)
-    )?;
-    Ok(FirstRows {
+    let pipeline = async {
+        Ok::<_, StorageError>(futures_util::try_join!(
+            client.batch_execute(&BEGIN_SQL),
+            client.query(&claim_st, &claim_params),
+            client.execute(&lock_st, &lock_params),
+            client.query_one(&state_st, &[]),
+            client.batch_execute(CUSTOM_PLANS),
+            client.query(&totals_st, &totals_params),
+            targets,
+            client.query(&expiring_st, &expiring_params)
+        )?)
+    };
+    let ((_, claim, _, state, _, totals, targets, expiring), accounts) =
+        futures_util::future::try_join(pipeline, accounts).await?;
+    let rows = FirstRows {
         claim,
         state,
         totals,
-        accounts,
         targets,
         expiring,
-    })
+    };
+    Ok((rows, accounts))
 }
 
 fn clock_of(state: &Row) -> Clock {
@@ -439,36 +425,31 @@ struct Accounts {
     states: HashMap<i64, AccountState>,
     ids: HashMap<String, i64>,
     corrupt: HashMap<i64, LedgerError>,
-    /// Rules by id: from the cache and the rows read now.
-    rules: HashMap<i64, Rule>,
+    /// The accounts by id: from the cache and the rows read now.
+    rules: HashMap<i64, Account>,
 }
 
 impl Accounts {
     /// The rules and ids of the targets' accounts.
     fn of_targets(&mut self, targets: &HashMap<String, Account>) {
         for a in targets.values() {
-            self.rules.insert(a.id, Rule::of(a));
+            self.rules.insert(a.id, a.clone());
             self.ids.insert(a.code.clone(), a.id);
         }
     }
 
-    /// The rules of the accounts read now (added to the cache).
-    fn read(&mut self, accounts: &[Row], cache: &RwLock<AccountCache>) {
-        let mut fresh: Vec<Account> = Vec::new();
-        for r in accounts {
-            match account_from_row(r) {
+    /// The accounts found through the cache; one whose row cannot be read is corrupt.
+    fn read(&mut self, accounts: Found<i64>) {
+        for (id, a) in accounts {
+            match a {
                 Ok(a) => {
-                    self.rules.insert(a.id, Rule::of(&a));
-                    fresh.push(a);
+                    self.rules.insert(id, a);
                 }
                 Err(e) => {
-                    self.corrupt
-                        .insert(r.get("account_id"), e.into_ledger_error());
+                    self.corrupt.insert(id, e);
                 }
             }
         }
-        let n = fresh.len();
-        cache.write().expect("account cache lock").fill(fresh, n);
     }
 
     /// The totals of the batch's accounts (`ids`); a missing or impossible totals row is a
@@ -479,14 +460,14 @@ impl Accounts {
             if self.corrupt.contains_key(&id) || self.states.contains_key(&id) {
                 continue;
             }
-            let rule = self
-                .rules
-                .get(&id)
-                .unwrap_or_else(|| panic!("account {id} has totals but no rules"))
-                .clone();
-            match stored_totals(r, &rule) {
+            let Some(account) = self.rules.get(&id).cloned() else {
+                let e = StorageError::corrupt_account(&format!("#{id}"), "totals but no account");
+                self.corrupt.insert(id, e.into_ledger_error());
+                continue;
+            };
+            match stored_totals(r, &account) {
                 Ok(totals) => {
-                    self.states.insert(id, AccountState { rule, totals });
+                    self.states.insert(id, AccountState { account, totals });
                 }
                 Err(e) => {
                     self.corrupt.insert(id, e.into_ledger_error());
@@ -508,19 +489,18 @@ impl Accounts {
 
 impl Accounts {
     /// The due holds from their [`EXPIRING_SQL`] rows (each account's in expiry order), in
-    /// expiry order. A row that cannot be read, or legs beyond what the account holds, make the
-    /// account corrupt (the index disagrees with the journal).
+    /// expiry order. A row that cannot be read makes the account corrupt (legs beyond what the
+    /// account holds are `decide`'s to refuse).
     fn expiring(&mut self, rows: &[Row]) -> Vec<ExpiringHold> {
         let mut holds: Vec<ExpiringHold> = Vec::new();
         let mut index: HashMap<Uuid, usize> = HashMap::new();
-        let mut sums: HashMap<i64, (i128, i128)> = HashMap::new();
         for r in rows {
             let id: i64 = r.get("account_id");
             let Some(state) = self.states.get(&id) else {
                 continue;
             };
-            let code = &state.rule.code;
-            let leg = parse_stored(r.get("amount"), state.rule.scale)
+            let code = &state.account.code;
+            let leg = parse_stored(r.get("amount"), state.account.scale)
                 .map_err(|e| format!("amount: {e}"))
                 .and_then(|minor| {
                     let direction = direction_from_sql(r.get("direction"))
@@ -528,7 +508,7 @@ impl Accounts {
                     Ok(HeldLeg {
                         account_id: id,
                         direction,
-                        amount: Amount::from_minor(minor, state.rule.scale),
+                        amount: Amount::from_minor(minor, state.account.scale),
                     })
                 });
             let leg = match leg {
@@ -539,11 +519,6 @@ impl Accounts {
                     continue;
                 }
             };
-            let s = sums.entry(id).or_default();
-            match leg.direction {
-                ledger_core::Direction::Debit => s.0 += leg.amount.minor(),
-                ledger_core::Direction::Credit => s.1 += leg.amount.minor(),
-            }
             let hold: Uuid = r.get("hold_posting_id");
             let i = *index.entry(hold).or_insert_with(|| {
                 holds.push(ExpiringHold {
@@ -555,63 +530,21 @@ impl Accounts {
             });
             holds[i].legs.push(leg);
         }
-        for (id, state) in &self.states {
-            if let Some(why) = beyond_due(state, sums.get(id).copied().unwrap_or_default()) {
-                let e = StorageError::corrupt_account(&state.rule.code, why);
-                self.corrupt.insert(*id, e.into_ledger_error());
-            }
-        }
-        self.states.retain(|id, _| !self.corrupt.contains_key(id));
         holds.sort_by_key(|h| h.expires_at);
         holds
     }
 }
 
-/// What no writer could have left, given the legs of the account's due holds (`due`, debit
-/// and credit): more due than held, or a no-negative account's available balance below zero
-/// even without them (its funds rule let it spend only what they no longer hold).
-fn beyond_due(state: &AccountState, (d, c): (i128, i128)) -> Option<String> {
-    let (t, rule) = (state.totals, &state.rule);
-    if d > t.held_debits || c > t.held_credits {
-        return Some(format!(
-            "expiring holds list {d}/{c} held, the totals {t:?}"
-        ));
-    }
-    let available = available_of(
-        rule.normal_balance,
-        t.debits,
-        t.credits,
-        t.held_debits - d,
-        t.held_credits - c,
-    );
-    (!rule.allow_negative && available < 0).then(|| {
-        format!("below zero, which the account forbids, with {d}/{c} of its holds expired: {t:?}")
-    })
-}
-
-/// An account's stored totals; ones no writer could have left (negative, or a no-negative
-/// account's balance below zero, or more decimals than its scale) are a corrupt row (its
-/// available balance is checked with its due holds, [`Accounts::expiring`]).
-fn stored_totals(r: &Row, rule: &Rule) -> Result<Totals, StorageError> {
-    let corrupt = |e: String| StorageError::corrupt_account(&rule.code, format!("totals: {e}"));
-    let t = Totals {
-        debits: parse_stored(r.get("debits"), rule.scale).map_err(corrupt)?,
-        credits: parse_stored(r.get("credits"), rule.scale).map_err(corrupt)?,
+/// An account's stored totals, decoded at its scale; one that cannot be read is a corrupt
+/// row. (Totals no writer could have left are `decide`'s to refuse: `AccountState::check`.)
+fn stored_totals(r: &Row, account: &Account) -> Result<Totals, StorageError> {
+    let corrupt = |e: String| StorageError::corrupt_account(&account.code, format!("totals: {e}"));
+    let scale = account.scale;
+    Ok(Totals {
+        debits: parse_stored(r.get("debits"), scale).map_err(corrupt)?,
+        credits: parse_stored(r.get("credits"), scale).map_err(corrupt)?,
         version: r.get("version"),
-        held_debits: parse_stored(r.get("held_debits"), rule.scale).map_err(corrupt)?,
-        held_credits: parse_stored(r.get("held_credits"), rule.scale).map_err(corrupt)?,
-    };
-    if [t.debits, t.credits, t.held_debits, t.held_credits]
-        .iter()
-        .any(|v| *v < 0)
-        || t.version < 0
-    {
-        return Err(corrupt(format!("negative: {t:?}")));
-    }
-    if !rule.allow_negative && t.balance(rule.normal_balance) < 0 {
-        return Err(corrupt(format!(
-            "below zero, which the account forbids: {t:?}"
-        )));
-    }
-    Ok(t)
+        held_debits: parse_stored(r.get("held_debits"), scale).map_err(corrupt)?,
+        held_credits: parse_stored(r.get("held_credits"), scale).map_err(corrupt)?,
+    })
 }

@@ -1,0 +1,118 @@
+//! What a batch's decision writes and answers, and what storage asserts before writing it.
+
+use super::command::Outcome;
+use super::snapshot::Clock;
+use crate::account::Direction;
+use crate::amount::Amount;
+use crate::engine::Totals;
+use crate::error::LedgerError;
+use crate::record::{CloseKind, Posting};
+use time::OffsetDateTime;
+
+/// One leg of a planned posting that moves money, with the account's totals after it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedLeg {
+    pub account_id: i64,
+    pub direction: Direction,
+    pub amount: Amount,
+    pub after: Totals,
+}
+
+/// A posting the plan records: the record callers are answered with, the number of its key
+/// and its legs' effects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedPosting {
+    pub posting: Posting,
+    pub key_id: i64,
+    /// The legs that move money (journal entries), with their effects; empty for a hold or a
+    /// release, whose legs (`posting.legs`) move nothing.
+    pub legs: Vec<PlannedLeg>,
+    /// For a posting that moves nothing (a hold, a release), its legs' account ids, in
+    /// order; empty otherwise.
+    pub held_accounts: Vec<i64>,
+    /// For a posting that closes a hold with an expiry: that expiry and the hold's legs'
+    /// account ids (the hold leaves the index of open expiring holds). A new hold with an
+    /// expiry joins it with its own legs.
+    pub closes_expiring: Option<(OffsetDateTime, Vec<i64>)>,
+}
+
+/// A state-dependent rejection the plan binds to its key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedRejection {
+    pub caller: String,
+    pub key: String,
+    pub error: LedgerError,
+}
+
+/// An account's totals after the batch, and the last sequence of the batch that touched it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FinalTotals {
+    pub account_id: i64,
+    pub scale: u8,
+    pub totals: Totals,
+    pub last_sequence: i64,
+}
+
+/// What a batch writes and answers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// In sequence order.
+    pub postings: Vec<PlannedPosting>,
+    pub rejections: Vec<PlannedRejection>,
+    /// The accounts the postings touch, by id.
+    pub totals: Vec<FinalTotals>,
+    /// The time the batch's postings are recorded from (their outbox rows carry it).
+    pub base: OffsetDateTime,
+    /// One per request, in order.
+    pub outcomes: Vec<Outcome>,
+    /// Requests refused without binding their keys, by index: they touch rows that break an
+    /// invariant. A plan with any is never written (the batch's transaction claimed their
+    /// keys): the writer runs the batch again without them.
+    pub unbound: Vec<(usize, LedgerError)>,
+}
+
+impl Plan {
+    /// The ledger's last sequence and recorded time after the plan, if it records anything.
+    pub fn last(&self) -> Option<(i64, OffsetDateTime)> {
+        self.postings
+            .last()
+            .map(|p| (p.posting.sequence as i64, p.posting.recorded_at))
+    }
+
+    /// Asserts what storage relies on before writing (a broken one is the ledger's own bug,
+    /// so the process stops): sequences follow the clock without gaps, recorded times
+    /// increase strictly after it, every posting is sound and balanced per currency, and
+    /// nothing is refused unbound.
+    pub fn assert_sound(&self, clock: &Clock) {
+        assert!(
+            self.unbound.is_empty(),
+            "a plan with unbound refusals is written"
+        );
+        let mut last = (clock.last_sequence, clock.last_recorded_at);
+        for p in &self.postings {
+            let (seq, at) = (p.posting.sequence as i64, p.posting.recorded_at);
+            assert_eq!(seq, last.0 + 1, "sequence {seq} follows {}", last.0);
+            assert!(
+                at > last.1 && at > clock.now,
+                "posting {seq} recorded at {at}, not after {}",
+                last.1
+            );
+            p.posting.assert_sound();
+            let moves = p.posting.hold.is_none()
+                && !matches!(p.posting.closes, Some(c) if c.kind != CloseKind::Capture);
+            let want = if moves { p.posting.legs.len() } else { 0 };
+            assert_eq!(
+                p.legs.len(),
+                want,
+                "posting {seq}: the legs that move money"
+            );
+            let held = if moves { 0 } else { p.posting.legs.len() };
+            assert_eq!(
+                p.held_accounts.len(),
+                held,
+                "posting {seq}: the legs that move nothing"
+            );
+            last = (seq, at);
+        }
+    }
+}
