@@ -1,7 +1,7 @@
 //! The `ledger` command line: serve, migrate, and the operator and client commands.
 
+use ledger_server::embedded_pg::recovery::Keeper;
 use ledger_server::embedded_pg::{EmbeddedPg, EmbeddedPgError, PgOptions};
-use ledger_server::embedded_recovery::Keeper;
 use ledger_server::server::{self, ServerOptions};
 mod tuning;
 
@@ -734,7 +734,7 @@ async fn serve(
 /// Resolves when the keeper gave up; never without one (an external database).
 async fn keeper_gave_up(
     keeper: Option<&mut Keeper>,
-) -> ledger_server::embedded_recovery::RecoveryFailed {
+) -> ledger_server::embedded_pg::recovery::RecoveryFailed {
     match keeper {
         Some(keeper) => keeper.gave_up().await,
         None => std::future::pending().await,

@@ -46,6 +46,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod recovery;
+
 /// Default port. With a unix-socket-only server it only names the socket file.
 pub const DEFAULT_PORT: u16 = 5432;
 
