@@ -1,7 +1,7 @@
 //! The data directory and the socket directory: resolved, created, and, when the ledger
 //! runs as root, checked for the server's user and handed over to it.
 
-use super::os::{chown, RunAs};
+use super::os::{chown, euid, RunAs};
 use super::{io_err, EmbeddedPgError, LOCK_FILE};
 use std::ffi::OsStr;
 use std::fs;
@@ -135,7 +135,7 @@ pub(super) fn ensure_socket_dir(dir: &Path, run_as: Option<&RunAs>) -> Result<()
             dir.display()
         )));
     }
-    let owner = run_as.map_or_else(|| unsafe { libc::geteuid() }, |u| u.uid);
+    let owner = run_as.map_or_else(euid, |u| u.uid);
     if meta.uid() != owner {
         match run_as {
             Some(user) => chown(dir, user)?,

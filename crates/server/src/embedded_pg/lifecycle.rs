@@ -5,7 +5,8 @@
 use super::dirs::{ensure_socket_dir, prepare_data_dir};
 use super::lock::lock_data_dir;
 use super::os::{
-    chown, is_postgres_in, kill_processes_in, lookup_user, process_alive, processes_in,
+    chown, euid, is_postgres_in, kill_processes_in, lookup_user, may_signal, process_alive,
+    processes_in, resume,
 };
 use super::programs::{find_bin_dir, read_pg_version, run};
 use super::{io_err, EmbeddedPg, EmbeddedPgError, PgOptions, DEFAULT_DATABASE, PG_USER};
@@ -46,7 +47,7 @@ impl EmbeddedPg {
         // Binaries first: without them nothing else matters (and nothing gets created).
         let existing_version = read_pg_version(&opts.data_dir.join("pgdata"));
         let bin_dir = find_bin_dir(opts.bin_dir.as_deref(), existing_version.as_deref())?;
-        let run_as = if unsafe { libc::geteuid() } == 0 {
+        let run_as = if euid() == 0 {
             Some(lookup_user(PG_USER)?.ok_or_else(|| {
                 EmbeddedPgError::UserNotFound(format!(
                     "running as root, but there is no `{PG_USER}` system user to run PostgreSQL \
@@ -238,10 +239,7 @@ impl EmbeddedPg {
         }
         let meta = fs::metadata(&self.pgdata)
             .map_err(io_err(format!("cannot inspect {}", self.pgdata.display())))?;
-        let expected_uid = self
-            .run_as
-            .as_ref()
-            .map_or_else(|| unsafe { libc::geteuid() }, |u| u.uid);
+        let expected_uid = self.run_as.as_ref().map_or_else(euid, |u| u.uid);
         if meta.uid() != expected_uid {
             return Err(EmbeddedPgError::DataDir(format!(
                 "the cluster in {} belongs to uid {}, but PostgreSQL would run as uid \
@@ -292,7 +290,7 @@ impl EmbeddedPg {
                 let socket = self.socket_dir.join(format!(".s.PGSQL.{}", self.port));
                 if socket.exists() {
                     // Still running from an earlier process of ours: use it as it is.
-                    unsafe { libc::kill(pid, libc::SIGCONT) };
+                    resume(pid);
                     tracing::info!(
                         data_dir = %self.data_dir.display(),
                         pid,
@@ -404,7 +402,7 @@ impl EmbeddedPg {
             if let Some(pid) = read_lock_pid(lock) {
                 // `kill(pid, 0)` succeeds for zombies and for unrelated processes with a reused
                 // pid; PostgreSQL would then refuse to start.
-                if unsafe { libc::kill(pid, 0) } == 0 && !self.is_our_postgres(pid) {
+                if may_signal(pid) && !self.is_our_postgres(pid) {
                     tracing::warn!(pid, lock = %lock.display(), "removing stale lock file");
                     let _ = fs::remove_file(lock);
                 }
@@ -426,7 +424,7 @@ impl EmbeddedPg {
             return Ok(false);
         };
         // A postmaster stopped by a fault test could not act on the shutdown signal.
-        unsafe { libc::kill(pid, libc::SIGCONT) };
+        resume(pid);
         let mut cmd = self.pg_command("pg_ctl");
         cmd.arg("stop")
             .arg("-w")

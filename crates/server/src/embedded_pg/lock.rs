@@ -2,11 +2,10 @@
 //! process that may start and stop its PostgreSQL, with that process's record (pid, command,
 //! port); another process finds the directory [`InUse`].
 
-use super::os::process_alive;
+use super::os::{process_alive, try_lock_exclusive};
 use super::{connection_string, io_err, EmbeddedPg, EmbeddedPgError, LOCK_FILE, PG_USER};
 use std::fmt;
 use std::fs;
-use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -70,7 +69,6 @@ pub(super) fn lock_data_dir(
     holder: &str,
     port: u16,
 ) -> Result<DataDirLock, EmbeddedPgError> {
-    use std::os::fd::AsRawFd;
     use std::os::unix::fs::{FileExt, OpenOptionsExt};
     let path = data_dir.join(LOCK_FILE);
     let file = fs::OpenOptions::new()
@@ -84,15 +82,9 @@ pub(super) fn lock_data_dir(
             "cannot open the lock file {}",
             path.display()
         )))?;
-    // SAFETY: a valid open descriptor; LOCK_NB makes the call return at once.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let err = io::Error::last_os_error();
-        if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
-            return Err(EmbeddedPgError::Io(
-                format!("cannot lock {}", path.display()),
-                err,
-            ));
-        }
+    let locked =
+        try_lock_exclusive(&file).map_err(io_err(format!("cannot lock {}", path.display())))?;
+    if !locked {
         return Err(EmbeddedPgError::InUse(read_holder(data_dir, &path, port)));
     }
     let record = format!("{}\n{holder}\n{port}\n", std::process::id());

@@ -1,8 +1,16 @@
 //! What the embedded PostgreSQL asks of the operating system: the system user it runs as (a
-//! passwd lookup), ownership of files, and the processes that work in a cluster directory
-//! (found in `/proc`, signalled).
+//! passwd lookup), ownership of files, the data directory's `flock`, and the processes that
+//! work in a cluster directory (found in `/proc`, signalled).
+//!
+//! Every call of the embedded PostgreSQL that std does not wrap is here. They go through
+//! `rustix`, safe wrappers of the same system calls (`geteuid`, `flock`, `kill`), except the
+//! one `rustix` does not have: looking a user up in the system's user database (`getpwnam_r`
+//! of the C library, which reads `/etc/passwd` or whatever NSS is configured with), the only
+//! `unsafe` code of the embedded PostgreSQL.
 
 use super::{io_err, EmbeddedPgError};
+use rustix::io::Errno;
+use rustix::process::{Pid, Signal};
 use std::ffi::{CStr, CString, OsStr};
 use std::fs;
 use std::io;
@@ -19,7 +27,22 @@ pub(super) struct RunAs {
     pub(super) home: PathBuf,
 }
 
-/// Looks a system user up by name.
+/// This process's effective user id (`geteuid`).
+pub(super) fn euid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
+/// Takes an exclusive `flock` on `file` without waiting (`LOCK_EX | LOCK_NB`): `Ok(true)` when
+/// taken, `Ok(false)` when another open file description holds it (`EWOULDBLOCK`).
+pub(super) fn try_lock_exclusive(file: &fs::File) -> io::Result<bool> {
+    match rustix::fs::flock(file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(true),
+        Err(Errno::WOULDBLOCK) => Ok(false),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// Looks a system user up by name (`getpwnam_r`: `rustix` has no user database).
 pub(super) fn lookup_user(name: &str) -> Result<Option<RunAs>, EmbeddedPgError> {
     let c_name = CString::new(name)
         .map_err(|_| EmbeddedPgError::UserNotFound(format!("invalid user name {name:?}")))?;
@@ -81,8 +104,7 @@ pub(super) fn process_alive(pid: i32) -> bool {
     if pid <= 0 {
         return false;
     }
-    let exists = unsafe { libc::kill(pid, 0) } == 0
-        || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    let exists = matches!(probe(pid), Ok(()) | Err(Errno::PERM));
     if !exists {
         return false;
     }
@@ -129,11 +151,86 @@ pub(super) fn processes_in(dir: &Path) -> Vec<i32> {
 pub(super) fn kill_processes_in(dir: &Path) -> usize {
     let pids = processes_in(dir);
     for &pid in &pids {
-        unsafe { libc::kill(pid, libc::SIGKILL) };
+        send(pid, Signal::KILL);
     }
     let deadline = Instant::now() + Duration::from_secs(5);
     while pids.iter().any(|&pid| process_alive(pid)) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     pids.len()
+}
+
+/// Whether a signal could be sent to `pid` (`kill(pid, 0)` succeeds): it exists, be it a
+/// zombie or an unrelated process with a reused pid, and we may signal it.
+pub(super) fn may_signal(pid: i32) -> bool {
+    probe(pid).is_ok()
+}
+
+/// Sends `SIGCONT` to `pid` (a postmaster a fault test stopped with `SIGSTOP` could not act on
+/// what we ask of it next); an error is ignored, as the process may be gone.
+pub(super) fn resume(pid: i32) {
+    send(pid, Signal::CONT);
+}
+
+/// `kill(pid, 0)`: `Ok` when a signal could be sent to `pid`, `PERM` when it exists but is not
+/// ours to signal, `SRCH` when there is no such process.
+fn probe(pid: i32) -> Result<(), Errno> {
+    rustix::process::test_kill_process(one_process(pid)?)
+}
+
+/// `kill(pid, signal)`, the error ignored (the process may be gone).
+fn send(pid: i32, signal: Signal) {
+    if let Ok(pid) = one_process(pid) {
+        let _ = rustix::process::kill_process(pid, signal);
+    }
+}
+
+/// `pid` as one process: 0 and below name none (`kill` would signal a process group); every
+/// pid here comes from `/proc` or a lock file, which name positive ones.
+fn one_process(pid: i32) -> Result<Pid, Errno> {
+    let one = if pid > 0 { Pid::from_raw(pid) } else { None };
+    one.ok_or(Errno::SRCH)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flock_held_through_one_open_file_refuses_another_until_that_one_is_closed() {
+        let path = std::env::temp_dir().join(format!("ledger-os-flock-{}", std::process::id()));
+        let open = || {
+            fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .unwrap()
+        };
+        let first = open();
+        assert!(try_lock_exclusive(&first).unwrap());
+        let second = open();
+        assert!(!try_lock_exclusive(&second).unwrap(), "held by the first");
+        drop(first);
+        assert!(try_lock_exclusive(&second).unwrap(), "released on close");
+        let _ = fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_zombie_may_be_signalled_but_is_not_alive_and_no_pid_names_a_group() {
+        let me = std::process::id() as i32;
+        assert!(may_signal(me) && process_alive(me));
+        for none in [0, -1, -me] {
+            assert!(!may_signal(none) && !process_alive(none), "{none}");
+        }
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        // Not reaped yet: a zombie once it exited.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while process_alive(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(may_signal(pid) && !process_alive(pid));
+        child.wait().unwrap();
+    }
 }
