@@ -193,22 +193,6 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// Writes a command's output to stdout. A reader that stopped reading (`ledger report … |
-/// head -3`) closed the pipe: the rest is dropped without a word and the command ends with the
-/// status it would have had, as for a reader that read it all. Any other failure to write (say
-/// a full disk under `> file`) is an error.
-///
-/// Why not the default SIGPIPE disposition, as C tools have: a client's sockets would raise it
-/// too (a vectored write to a connection its peer closed), killing `check` or `bench` without
-/// the error they report; Rust ignores SIGPIPE so such writes fail with an error instead.
-pub fn print_out(text: &str) -> std::io::Result<()> {
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => other,
-    }
-}
-
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("LEDGER_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));

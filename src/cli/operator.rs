@@ -3,8 +3,8 @@
 
 use super::args::{DbArgs, OutboxArgs};
 use super::database::{database, stop_embedded, Holding};
-use super::print_out;
 use super::serve::shutdown_signal;
+use crate::tools::output::print_out;
 use ledger_server::BoxError;
 use std::io::Write as _;
 use std::process::ExitCode;

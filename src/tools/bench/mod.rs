@@ -58,7 +58,7 @@ pub async fn run(args: BenchArgs) -> Result<(), BoxError> {
     let summary = match args.scenario {
         Scenario::Post => post_scenario(&args, &clients).await?,
     };
-    crate::cli::print_out(&format!("{summary}\n"))?;
+    super::output::print_out(&format!("{summary}\n"))?;
     Ok(())
 }
 

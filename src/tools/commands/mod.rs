@@ -89,7 +89,7 @@ fn print(format: Format, v: &Value) -> Result<(), ToolError> {
 }
 
 fn print_text(text: &str) -> Result<(), ToolError> {
-    crate::cli::print_out(text).map_err(|e| ToolError(format!("cannot write to stdout: {e}")))
+    super::output::print_out(text).map_err(|e| ToolError(format!("cannot write to stdout: {e}")))
 }
 
 pub async fn account(cmd: AccountCommand) -> Result<(), ToolError> {
@@ -183,7 +183,7 @@ async fn list_accounts(prefix: &str, common: &Common) -> Result<(), ToolError> {
             if a.allow_negative { "allowed" } else { "no" }.into(),
         ]);
     }
-    crate::cli::print_out(&output::columns(&rows))
+    super::output::print_out(&output::columns(&rows))
         .map_err(|e| ToolError(format!("cannot write to stdout: {e}")))
 }
 
