@@ -1,8 +1,8 @@
 //! The data directory and the socket directory: resolved, created, and, when the ledger
 //! runs as root, checked for the server's user and handed over to it.
 
-use super::os::{chown, euid, RunAs};
-use super::{io_err, EmbeddedPgError, LOCK_FILE};
+use super::os::{chown, euid};
+use super::{io_err, EmbeddedPgError, RunAs, LOCK_FILE};
 use std::ffi::OsStr;
 use std::fs;
 use std::io;

@@ -3,7 +3,9 @@
 //! port); another process finds the directory [`InUse`].
 
 use super::os::{process_alive, try_lock_exclusive};
-use super::{connection_string, io_err, EmbeddedPg, EmbeddedPgError, LOCK_FILE, PG_USER};
+use super::{
+    connection_string, io_err, DataDirLock, EmbeddedPg, EmbeddedPgError, LOCK_FILE, PG_USER,
+};
 use std::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -52,14 +54,6 @@ impl fmt::Display for InUse {
             self.who()
         )
     }
-}
-
-/// An exclusive `flock` on a data directory's [`LOCK_FILE`], released when dropped or when
-/// the process ends (the file is closed on exec, so PostgreSQL, which outlives a killed
-/// holder, never holds it).
-#[derive(Debug)]
-pub(super) struct DataDirLock {
-    _file: fs::File,
 }
 
 /// Takes the data directory's lock and records `pid`, `holder` and `port` in it, one a line;

@@ -49,10 +49,9 @@ mod os;
 mod programs;
 pub mod recovery;
 
-use lock::DataDirLock;
 pub use lock::InUse;
-use os::RunAs;
 use std::fmt;
+use std::fs;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -176,6 +175,23 @@ impl std::error::Error for EmbeddedPgError {
 fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> EmbeddedPgError {
     let context = context.into();
     move |err| EmbeddedPgError::Io(context, err)
+}
+
+/// The unprivileged system user that PostgreSQL runs as when we are root.
+#[derive(Debug, Clone)]
+struct RunAs {
+    name: String,
+    uid: u32,
+    gid: u32,
+    home: PathBuf,
+}
+
+/// An exclusive `flock` on a data directory's [`LOCK_FILE`], released when dropped or when
+/// the process ends (the file is closed on exec, so PostgreSQL, which outlives a killed
+/// holder, never holds it).
+#[derive(Debug)]
+struct DataDirLock {
+    _file: fs::File,
 }
 
 /// A PostgreSQL server on a private data directory, reachable over a unix socket.

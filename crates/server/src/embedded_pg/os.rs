@@ -8,7 +8,7 @@
 //! of the C library, which reads `/etc/passwd` or whatever NSS is configured with), the only
 //! `unsafe` code of the embedded PostgreSQL.
 
-use super::{io_err, EmbeddedPgError};
+use super::{io_err, EmbeddedPgError, RunAs};
 use rustix::io::Errno;
 use rustix::process::{Pid, Signal};
 use std::ffi::{CStr, CString, OsStr};
@@ -17,15 +17,6 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-/// The unprivileged system user that PostgreSQL runs as when we are root.
-#[derive(Debug, Clone)]
-pub(super) struct RunAs {
-    pub(super) name: String,
-    pub(super) uid: u32,
-    pub(super) gid: u32,
-    pub(super) home: PathBuf,
-}
 
 /// This process's effective user id (`geteuid`).
 pub(super) fn euid() -> u32 {
