@@ -12,7 +12,7 @@
 # Idempotent: does nothing (and runs no apt-get at all) when everything is there. Meant for a
 # Debian 12 machine, run as root (or with sudo available).
 #
-# The ledger runs its own private PostgreSQL (see crates/server/src/embedded_pg.rs); it never uses the Debian
+# The ledger runs its own private PostgreSQL (see crates/server/src/embedded_pg/); it never uses the Debian
 # default cluster. Services are kept from starting during the install (policy-rc.d), so no
 # system PostgreSQL or NATS is left running.
 set -euo pipefail

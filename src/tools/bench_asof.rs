@@ -118,7 +118,7 @@ async fn scenario(args: &BenchAsOfArgs, url: &str, ops: OpsOptions) -> Result<()
         args.legs,
         reads.join(","),
     );
-    crate::cli::print_out(&format!("{summary}\n"))?;
+    super::output::print_out(&format!("{summary}\n"))?;
     Ok(())
 }
 

@@ -60,7 +60,7 @@ pub fn run(args: &BenchDecideArgs) -> Result<ExitCode, BoxError> {
             r#"{{"batch":{size},"decisions_per_s":{median:.0}}}"#
         ));
     }
-    crate::cli::print_out(&format!(
+    super::output::print_out(&format!(
         "{{\"scenario\":\"decide\",\"accounts\":{},\"results\":[{}]}}\n",
         args.accounts,
         lines.join(",")

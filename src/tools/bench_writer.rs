@@ -103,7 +103,7 @@ pub async fn run(args: BenchWriterArgs) -> Result<(), BoxError> {
         total.add(l.await??);
     }
     let seconds = started.elapsed().as_secs_f64();
-    crate::cli::print_out(&format!("{}\n", summary(&args, total, seconds)))?;
+    super::output::print_out(&format!("{}\n", summary(&args, total, seconds)))?;
     Ok(())
 }
 

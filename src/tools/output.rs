@@ -2,12 +2,13 @@
 //! list; for a single record a line per field it has, its name then its value, aligned, nested
 //! names flattened, unset fields left out), `json` for programs, in the proto3 JSON mapping
 //! that grpcurl prints (lowerCamelCase names, 64-bit integers and enums as strings, times in
-//! RFC 3339, default values included).
+//! RFC 3339, default values included); and [`print_out`], how every tool writes to stdout.
 
 use super::show_ts;
 use ledger_server::grpc::pb;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
+use std::io::Write as _;
 
 /// How to print.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -184,6 +185,22 @@ pub fn json_text(v: &Value) -> String {
         "{}\n",
         serde_json::to_string_pretty(v).expect("JSON of plain values")
     )
+}
+
+/// Writes a command's output to stdout. A reader that stopped reading (`ledger report … |
+/// head -3`) closed the pipe: the rest is dropped without a word and the command ends with the
+/// status it would have had, as for a reader that read it all. Any other failure to write (say
+/// a full disk under `> file`) is an error.
+///
+/// Why not the default SIGPIPE disposition, as C tools have: a client's sockets would raise it
+/// too (a vectored write to a connection its peer closed), killing `check` or `bench` without
+/// the error they report; Rust ignores SIGPIPE so such writes fail with an error instead.
+pub fn print_out(text: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
 }
 
 #[cfg(test)]

@@ -112,7 +112,7 @@ pub async fn run(args: ReportArgs) -> Result<ExitCode, ReportError> {
         Report::TrialBalance { common, prefix } => trial_balance(&common, &prefix).await?,
         Report::Statement { account, common } => statement(&common, &account).await?,
     };
-    crate::cli::print_out(&text)
+    super::output::print_out(&text)
         .map_err(|e| ReportError(format!("cannot write the report to stdout: {e}")))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -6,7 +6,7 @@ use crate::embedded::{embedded_superuser, ledger_command, postmaster_pid, DataDi
 use crate::faults::is_unknown;
 use crate::support::nats::{wait_delivered, NatsServer};
 use crate::support::*;
-use ledger_server::embedded_recovery::{EMBEDDED_PG_RECOVERY_MAX, POSTMASTER_WATCH_INTERVAL};
+use ledger_server::embedded_pg::recovery::{EMBEDDED_PG_RECOVERY_MAX, POSTMASTER_WATCH_INTERVAL};
 use ledger_server::grpc::convert::time_to_pb;
 use ledger_server::grpc::pb;
 use ledger_server::grpc::pb::ledger_client::LedgerClient;

@@ -81,7 +81,7 @@ fn only_storage_and_the_embedded_postgresql_speak_to_the_database_driver() {
         &[
             ("crates/server/src/storage", "the only SQL"),
             (
-                "crates/server/src/embedded_pg.rs",
+                "crates/server/src/embedded_pg",
                 "creates the database it starts",
             ),
         ],
@@ -125,7 +125,7 @@ fn the_environment_is_read_only_by_the_command_line() {
         &["env::var", "env::vars"],
         &[
             (
-                "crates/server/src/embedded_pg.rs",
+                "crates/server/src/embedded_pg",
                 "PATH: where a program is found, as any program finds one",
             ),
             (

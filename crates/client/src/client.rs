@@ -2,37 +2,26 @@
 //! read kept in memory (accounts never change) so that amounts convert at their scale.
 
 use crate::amount::to_wire;
-use crate::coalesce::{Coalescer, COALESCE_MAX_IN_FLIGHT};
+use crate::calls::{
+    framed_len, Calls, ClientStats, Counters, MAX_BATCH_REQUESTS, MAX_BATCH_REQUEST_BYTES,
+};
+use crate::coalesce::{Coalesce, Coalescer, COALESCE_MAX_IN_FLIGHT};
 use crate::connect::{connect, ConnectOptions, RawClient};
 use crate::error::{Error, ErrorKind, Reason};
 use crate::pb;
-use crate::retry::{random, RetryPolicy};
+use crate::retry::RetryPolicy;
 use crate::types::*;
 use std::collections::HashMap;
-use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-/// Requests in one `PostBatch` call, at most (the ledger's limit MAX_BATCH_REQUESTS).
-pub const MAX_BATCH_REQUESTS: usize = 1000;
-/// Bytes of one `PostBatch` request, at most (the ledger's limit MAX_BATCH_REQUEST_BYTES).
-pub const MAX_BATCH_REQUEST_BYTES: usize = 4 * 1024 * 1024;
 /// Accounts kept in memory, at most (limit MAX_CACHED_ACCOUNTS); emptied when full. Only
 /// their scale is needed (to write amounts), and accounts never change, so a kept account
 /// never goes stale.
 pub const MAX_CACHED_ACCOUNTS: usize = 10_000;
+
 /// Items asked for per page when a call pages through a whole list (the ledger's largest).
 pub const PAGE_SIZE: u32 = 1000;
-
-/// Coalescing of concurrent [`Client::post`] calls into `PostBatch` calls.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Coalesce {
-    /// Posts in one `PostBatch` call, at most (1..=[`MAX_BATCH_REQUESTS`]).
-    pub max_per_call: usize,
-    /// `PostBatch` calls in flight at once, at most (limit COALESCE_MAX_IN_FLIGHT by
-    /// default); posts arriving meanwhile wait and go together in the next call.
-    pub max_in_flight: usize,
-}
 
 /// How a [`Client`] reaches the ledger and behaves.
 #[derive(Clone, Debug, Default)]
@@ -76,109 +65,6 @@ impl ClientOptions {
             max_in_flight: COALESCE_MAX_IN_FLIGHT,
         });
         self
-    }
-}
-
-/// What a client has sent so far.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ClientStats {
-    /// Calls sent to the server, every attempt counted.
-    pub attempts: u64,
-    /// Attempts that repeated a call whose outcome was unknown.
-    pub retries: u64,
-    /// `PostBatch` calls sent (first attempts).
-    pub batch_calls: u64,
-    /// Postings sent in `PostBatch` calls (first attempts).
-    pub batched_postings: u64,
-}
-
-#[derive(Default)]
-struct Counters {
-    attempts: AtomicU64,
-    retries: AtomicU64,
-    batch_calls: AtomicU64,
-    batched_postings: AtomicU64,
-}
-
-/// The calls themselves: one connection and the retry policy (shared with the coalescer's
-/// dispatcher).
-pub(crate) struct Calls {
-    raw: RawClient,
-    retry: RetryPolicy,
-    counters: Counters,
-}
-
-impl Calls {
-    /// Sends `req` with `rpc`, again with the same request while the outcome is unknown and
-    /// attempts remain (pausing as the policy says); the last error otherwise.
-    async fn call<Req, T, F, Fut>(&self, req: Req, rpc: F) -> Result<T, Error>
-    where
-        Req: Clone,
-        F: Fn(RawClient, tonic::Request<Req>) -> Fut,
-        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
-    {
-        let mut attempt = 1;
-        loop {
-            let mut request = tonic::Request::new(req.clone());
-            request.set_timeout(self.retry.attempt_timeout);
-            self.counters.attempts.fetch_add(1, Ordering::Relaxed);
-            let error = match rpc(self.raw.clone(), request).await {
-                Ok(r) => return Ok(r.into_inner()),
-                Err(s) => Error::from_status(&s),
-            };
-            if !error.is_retry_safe() || attempt >= self.retry.max_attempts {
-                return Err(error);
-            }
-            tokio::time::sleep(self.retry.pause(attempt, random())).await;
-            attempt += 1;
-            self.counters.retries.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    pub(crate) async fn post(&self, req: pb::PostRequest) -> Result<Posted, Error> {
-        let r = self
-            .call(req, |mut c, r| async move { c.post(r).await })
-            .await?;
-        Posted::from_pb(r.posting, r.replayed)
-    }
-
-    /// One `PostBatch` call (retried whole): one result per request, in order, or the
-    /// call's error.
-    pub(crate) async fn post_batch(
-        &self,
-        requests: Vec<pb::PostRequest>,
-    ) -> Result<Vec<Result<Posted, Error>>, Error> {
-        let n = requests.len();
-        self.counters.batch_calls.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .batched_postings
-            .fetch_add(n as u64, Ordering::Relaxed);
-        let req = pb::PostBatchRequest { requests };
-        let r = self
-            .call(req, |mut c, r| async move { c.post_batch(r).await })
-            .await?;
-        if r.results.len() != n {
-            return Err(Error::new(
-                ErrorKind::Invalid,
-                format!(
-                    "the ledger answered {} results to {n} requests",
-                    r.results.len()
-                ),
-            ));
-        }
-        Ok(r.results.into_iter().map(batch_result).collect())
-    }
-}
-
-/// One `PostBatch` result as `post` would have answered it.
-fn batch_result(r: pb::PostBatchResult) -> Result<Posted, Error> {
-    match r.outcome {
-        Some(pb::post_batch_result::Outcome::Response(p)) => Posted::from_pb(p.posting, p.replayed),
-        Some(pb::post_batch_result::Outcome::Error(s)) => Err(Error::from_rpc_status(&s)),
-        None => Err(Error::new(
-            ErrorKind::Invalid,
-            "the ledger answered a result without an outcome",
-        )),
     }
 }
 
@@ -549,12 +435,6 @@ fn check_batch(n: usize) -> Result<(), Error> {
         .with("limit", "MAX_BATCH_REQUESTS"));
     }
     Ok(())
-}
-
-/// Bytes a request takes inside a `PostBatchRequest`.
-pub(crate) fn framed_len(r: &pb::PostRequest) -> usize {
-    let len = prost::Message::encoded_len(r);
-    1 + prost::length_delimiter_len(len) + len
 }
 
 fn check_batch_bytes(requests: &[pb::PostRequest]) -> Result<(), Error> {

@@ -8,7 +8,7 @@
 //! gets its own result; a call that fails (after the retry policy) fails each of its posts
 //! with the call's error, and each may be sent again with its key.
 
-use crate::client::{framed_len, Calls, Coalesce, MAX_BATCH_REQUEST_BYTES};
+use crate::calls::{framed_len, Calls, MAX_BATCH_REQUEST_BYTES};
 use crate::error::{Error, ErrorKind};
 use crate::pb;
 use crate::types::Posted;
@@ -22,6 +22,17 @@ pub const COALESCE_MAX_IN_FLIGHT: usize = 4;
 /// Posts waiting for the dispatcher, at most, per post allowed in one call (limit
 /// COALESCE_QUEUE_CALLS): beyond it, `post` waits for room (back-pressure, not an error).
 pub const COALESCE_QUEUE_CALLS: usize = 8;
+
+/// Coalescing of concurrent [`Client::post`](crate::Client::post) calls into `PostBatch` calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Coalesce {
+    /// Posts in one `PostBatch` call, at most
+    /// (1..=[`MAX_BATCH_REQUESTS`](crate::MAX_BATCH_REQUESTS)).
+    pub max_per_call: usize,
+    /// `PostBatch` calls in flight at once, at most (limit COALESCE_MAX_IN_FLIGHT by
+    /// default); posts arriving meanwhile wait and go together in the next call.
+    pub max_in_flight: usize,
+}
 
 /// A post waiting to be sent, and where its answer goes.
 struct Waiting {

@@ -53,6 +53,7 @@
 //! ```
 
 mod amount;
+mod calls;
 mod client;
 mod coalesce;
 mod connect;
@@ -61,11 +62,9 @@ mod retry;
 mod types;
 
 pub use amount::{from_wire, to_wire, Amount, MAX_AMOUNT_DIGITS, MAX_SCALE};
-pub use client::{
-    Client, ClientOptions, ClientStats, Coalesce, PostingBy, MAX_BATCH_REQUESTS,
-    MAX_BATCH_REQUEST_BYTES, MAX_CACHED_ACCOUNTS, PAGE_SIZE,
-};
-pub use coalesce::{COALESCE_MAX_IN_FLIGHT, COALESCE_QUEUE_CALLS};
+pub use calls::{ClientStats, MAX_BATCH_REQUESTS, MAX_BATCH_REQUEST_BYTES};
+pub use client::{Client, ClientOptions, PostingBy, MAX_CACHED_ACCOUNTS, PAGE_SIZE};
+pub use coalesce::{Coalesce, COALESCE_MAX_IN_FLIGHT, COALESCE_QUEUE_CALLS};
 pub use connect::{
     chain, connect, server_url, Bearer, ConnectOptions, RawClient, CONNECT_TIMEOUT,
     MAX_RESPONSE_BYTES,

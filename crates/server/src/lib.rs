@@ -17,7 +17,6 @@
 
 pub mod access;
 pub mod embedded_pg;
-pub mod embedded_recovery;
 pub mod grpc;
 pub mod metrics;
 pub mod outbox;

@@ -1,0 +1,123 @@
+//! The operator's commands: `relay` (the outbox publisher alone), `token new`, `migrate`,
+//! `check`.
+
+use super::args::{DbArgs, OutboxArgs};
+use super::database::{database, stop_embedded, Holding};
+use super::serve::shutdown_signal;
+use crate::tools::output::print_out;
+use ledger_server::BoxError;
+use std::io::Write as _;
+use std::process::ExitCode;
+
+/// [`print_out`] for the commands of this module, whose errors are boxed.
+fn print(text: &str) -> Result<(), BoxError> {
+    print_out(text).map_err(|e| format!("cannot write to stdout: {e}").into())
+}
+
+/// `ledger relay`: the outbox publisher alone, until a shutdown signal.
+pub(super) async fn relay(
+    database_url: &str,
+    outbox: OutboxArgs,
+    metrics_listen: Option<std::net::SocketAddr>,
+) -> Result<ExitCode, BoxError> {
+    let Some(opts) = outbox.publisher(database_url, None, None)? else {
+        return Err("ledger relay needs --nats-url (env LEDGER_NATS_URL)".into());
+    };
+    ledger_server::storage::migrate(database_url).await?;
+    let _metrics = match metrics_listen {
+        Some(addr) => {
+            let pool = ledger_server::storage::pool(database_url, RELAY_METRICS_POOL)?;
+            Some(ledger_server::server::serve_metrics(addr, pool).await?)
+        }
+        None => None,
+    };
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut publisher = tokio::spawn(ledger_server::outbox::run(opts, stopped));
+    tokio::select! {
+        _ = shutdown_signal() => {
+            tracing::info!("shutting down: the publisher stops after its current batch");
+            let _ = stop.send(true);
+            publisher.await??;
+        }
+        // It ends by itself only on a configuration error.
+        r = &mut publisher => r??,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `ledger token new`: a new token, and the auth-file line that holds its hash.
+pub(super) fn token(caller: &str, role: &str) -> Result<ExitCode, BoxError> {
+    ledger_server::access::auth::validate_caller(caller)?;
+    let role = ledger_server::access::auth::Role::parse(role)
+        .ok_or_else(|| format!("role {role:?} is not `writer` or `reader`"))?;
+    let token = ledger_server::access::auth::new_token();
+    let line = ledger_server::access::auth::auth_line(caller, role, &token);
+    print(&format!("{token}\n{line}\n"))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Applies the pending migrations and says which.
+pub(super) async fn migrate(url: &str) -> Result<ExitCode, BoxError> {
+    let applied = ledger_server::storage::migrate(url).await?;
+    let applied = if applied.is_empty() {
+        "none (up to date)".to_string()
+    } else {
+        applied.join(", ")
+    };
+    print(&format!("migrations applied: {applied}\n"))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Connections the relay's metrics endpoint samples the outbox with, at most.
+const RELAY_METRICS_POOL: usize = 1;
+
+/// `ledger check`: 0 when every invariant holds, 1 on a violation, 2 when it could not run
+/// (it says why on stderr).
+pub(super) async fn check_command(db: DbArgs) -> ExitCode {
+    let result = async {
+        let (url, pg) = database(&db, "check", Holding::OrBorrow).await?;
+        let result = check(&url).await;
+        stop_embedded(pg).await?;
+        result
+    }
+    .await;
+    result.unwrap_or_else(|e| {
+        let _ = writeln!(
+            std::io::stderr(),
+            "ledger check could not run: {}",
+            ledger_client::chain(&*e)
+        );
+        ExitCode::from(2)
+    })
+}
+
+/// Prints the invariant report; the exit code is 1 when any invariant is violated.
+async fn check(url: &str) -> Result<ExitCode, BoxError> {
+    use std::fmt::Write as _;
+    let mut client = ledger_server::storage::connect(url).await?;
+    let findings = ledger_server::storage::check::run(&mut client).await?;
+    let mut violated = 0;
+    let mut report = String::new();
+    for f in &findings {
+        if f.violations == 0 {
+            let _ = writeln!(report, "ok    {}", f.name);
+        } else {
+            violated += 1;
+            let _ = writeln!(report, "FAIL  {} ({} violations)", f.name, f.violations);
+            for e in &f.examples {
+                let _ = writeln!(report, "        {e}");
+            }
+        }
+    }
+    let _ = writeln!(
+        report,
+        "{} invariants checked, {violated} violated",
+        findings.len()
+    );
+    print(&report)?;
+    Ok(if violated == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

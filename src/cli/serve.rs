@@ -1,0 +1,77 @@
+//! `ledger serve`: the server, with the outbox publisher in-process (`--nats-url`), until a
+//! shutdown signal or until the keeper of the embedded PostgreSQL gave up.
+
+use super::args::OutboxArgs;
+use ledger_server::embedded_pg::recovery::Keeper;
+use ledger_server::server::{self, ServerOptions};
+use ledger_server::BoxError;
+use std::net::SocketAddr;
+
+/// Serves until a shutdown signal, or until the `keeper` of the embedded PostgreSQL gave up
+/// (then, drained and stopped like at a signal, it returns why: the process exits 1).
+pub(super) async fn serve(
+    listen: SocketAddr,
+    database_url: String,
+    tuning: ledger_server::tuning::Tuning,
+    outbox: OutboxArgs,
+    ops: server::OpsOptions,
+    keeper: Option<&mut Keeper>,
+) -> Result<(), BoxError> {
+    // The in-process publisher logs in as the pool does.
+    let publisher_opts = outbox.publisher(
+        &database_url,
+        ops.db_login.as_deref(),
+        ops.db_role.as_deref(),
+    )?;
+    let server = server::start(ServerOptions {
+        listen,
+        database_url,
+        ops,
+        tuning,
+    })
+    .await?;
+    // The outbox publisher in-process (--nats-url); it stops after its current batch.
+    let (stop_publisher, publisher_stopped) = tokio::sync::watch::channel(false);
+    let publisher = match publisher_opts {
+        Some(opts) => Some(ledger_server::outbox::spawn(opts, publisher_stopped)),
+        None => {
+            tracing::info!("no --nats-url: the outbox publisher is off; events wait in the outbox until `ledger relay` or `ledger serve --nats-url` delivers them");
+            None
+        }
+    };
+    let gave_up = tokio::select! {
+        _ = shutdown_signal() => None,
+        failed = keeper_gave_up(keeper) => Some(failed),
+    };
+    tracing::info!("shutting down: finishing in-flight requests");
+    let _ = stop_publisher.send(true);
+    server.shutdown().await?;
+    if let Some(p) = publisher {
+        let _ = p.await;
+    }
+    if let Some(failed) = gave_up {
+        return Err(failed.into());
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Resolves when the keeper gave up; never without one (an external database).
+async fn keeper_gave_up(
+    keeper: Option<&mut Keeper>,
+) -> ledger_server::embedded_pg::recovery::RecoveryFailed {
+    match keeper {
+        Some(keeper) => keeper.gave_up().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub(super) async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

@@ -1,0 +1,105 @@
+//! Before the load: the run's accounts created (or found) and each asset account funded.
+
+use super::args::BenchArgs;
+use super::load::{eur, Plan};
+use ledger_client::{Client, Error, NewAccount, NewPosting, NormalBalance};
+use ledger_server::BoxError;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::Semaphore;
+
+/// Minor units each asset account is funded with (1,000,000.00 EUR).
+const FUNDING_MINOR: i64 = 100_000_000;
+
+/// Concurrent requests while creating and funding accounts.
+const SETUP_CONCURRENCY: usize = 32;
+
+/// A new run's id: the time in milliseconds and the process id, in hex.
+fn run_id() -> Result<String, BoxError> {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis();
+    Ok(format!("{ms:x}{:04x}", std::process::id() & 0xffff))
+}
+
+/// Runs `calls` with at most SETUP_CONCURRENCY in flight, over the clients in turn.
+async fn in_parallel<F, Fut>(clients: &[Client], n: usize, call: F) -> Result<(), BoxError>
+where
+    F: Fn(Client, usize) -> Fut,
+    Fut: std::future::Future<Output = Result<(), Error>> + Send + 'static,
+{
+    let sem = Arc::new(Semaphore::new(SETUP_CONCURRENCY));
+    let mut tasks = Vec::with_capacity(n);
+    for i in 0..n {
+        let permit = sem.clone().acquire_owned().await?;
+        let fut = call(clients[i % clients.len()].clone(), i);
+        tasks.push(tokio::spawn(async move {
+            let r = fut.await;
+            drop(permit);
+            r
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok(())
+}
+
+/// Creates (or reuses) the accounts and funds each asset account; returns the plan and the
+/// number of funding postings made.
+pub(super) async fn setup(args: &BenchArgs, clients: &[Client]) -> Result<(Plan, u64), BoxError> {
+    let run_id = run_id()?;
+    let p = &args.prefix;
+    let funding = format!("{p}:funding");
+    let accounts: Vec<String> = (0..args.accounts)
+        .map(|i| format!("{p}:acct:{i}"))
+        .collect();
+    let hot = args.hot_account.then(|| format!("{p}:hot"));
+    let account = |code: &str, normal, allow_negative| NewAccount {
+        code: code.to_owned(),
+        currency: "EUR".into(),
+        scale: 2,
+        normal_balance: normal,
+        allow_negative,
+        metadata: Default::default(),
+    };
+    let mut creates = vec![account(&funding, NormalBalance::Credit, true)];
+    creates.extend(hot.iter().map(|h| account(h, NormalBalance::Debit, false)));
+    creates.extend(
+        accounts
+            .iter()
+            .map(|a| account(a, NormalBalance::Debit, false)),
+    );
+    let began = Instant::now();
+    // The clients share the accounts they read: the answers to these are all they need.
+    in_parallel(clients, creates.len(), |c, i| {
+        let a = creates[i].clone();
+        async move { c.create_account(a).await.map(drop) }
+    })
+    .await
+    .map_err(|e| format!("creating accounts: {e}"))?;
+    in_parallel(clients, accounts.len(), |c, i| {
+        let fund = NewPosting::new(format!("{run_id}-fund-{i}"))
+            .debit(&accounts[i], eur(FUNDING_MINOR))
+            .credit(&funding, eur(FUNDING_MINOR))
+            .memo("bench funding");
+        async move { c.post(fund).await.map(drop) }
+    })
+    .await
+    .map_err(|e| format!("funding accounts: {e}"))?;
+    eprintln!(
+        "bench: {} accounts ready and funded in {:.1} s (run {run_id})",
+        accounts.len(),
+        began.elapsed().as_secs_f64()
+    );
+    let plan = Plan {
+        accounts,
+        hot,
+        legs: args.legs,
+        duplicates: args.duplicates,
+        holds: args.holds,
+        run_id,
+        per_call: args.per_call(),
+    };
+    Ok((plan, args.accounts as u64))
+}
