@@ -12,7 +12,7 @@
 
 use async_nats::jetstream::{self, consumer::pull};
 use futures_util::StreamExt;
-use ledger_server::grpc::pb::{Posting, PostingEvent, PostingKind};
+use ledger_client::pb::{Posting, PostingEvent, PostingKind};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -101,7 +101,7 @@ fn line(p: &Posting) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ledger_server::grpc::pb::{Direction, Leg};
+    use ledger_client::pb::{Direction, Leg};
 
     fn posting(kind: PostingKind) -> Posting {
         let leg = |account: &str, d: Direction| Leg {

@@ -17,7 +17,7 @@ use database::{database, stop_embedded, Holding};
 use ledger_server::embedded_pg::recovery::Keeper;
 use ledger_server::BoxError;
 use operator::{check_command, migrate, relay, token};
-use serve::serve;
+use serve::{serve, ShutdownSignal};
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -216,12 +216,13 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             ops,
             tuning,
         } => {
+            let signal = ShutdownSignal::listen()?;
             let ops = ops.load(set(db.database_url.clone()).is_none())?;
             let tuning = tuning.tuning()?;
             let (url, pg) = database(&db, "serve", Holding::Exclusive).await?;
             // The embedded PostgreSQL is started again when it dies, or the server exits.
             let mut keeper = pg.map(Keeper::start).transpose()?;
-            let result = serve(listen, url, tuning, outbox, ops, keeper.as_mut()).await;
+            let result = serve(listen, url, tuning, outbox, ops, keeper.as_mut(), signal).await;
             if let Some(keeper) = keeper {
                 keeper.stop().await?;
             }
@@ -232,7 +233,15 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             database_url,
             outbox,
             metrics_listen,
-        } => relay(&database_url, outbox, metrics_listen).await,
+        } => {
+            relay(
+                &database_url,
+                outbox,
+                metrics_listen,
+                ShutdownSignal::listen()?,
+            )
+            .await
+        }
         Command::Token {
             command: TokenCommand::New { caller, role },
         } => token(&caller, &role),

@@ -3,7 +3,7 @@
 
 use super::args::{DbArgs, OutboxArgs};
 use super::database::{database, stop_embedded, Holding};
-use super::serve::shutdown_signal;
+use super::serve::ShutdownSignal;
 use crate::tools::output::print_out;
 use ledger_server::BoxError;
 use std::io::Write as _;
@@ -19,6 +19,7 @@ pub(super) async fn relay(
     database_url: &str,
     outbox: OutboxArgs,
     metrics_listen: Option<std::net::SocketAddr>,
+    signal: ShutdownSignal,
 ) -> Result<ExitCode, BoxError> {
     let Some(opts) = outbox.publisher(database_url, None, None)? else {
         return Err("ledger relay needs --nats-url (env LEDGER_NATS_URL)".into());
@@ -34,7 +35,7 @@ pub(super) async fn relay(
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut publisher = tokio::spawn(ledger_server::outbox::run(opts, stopped));
     tokio::select! {
-        _ = shutdown_signal() => {
+        _ = signal.received() => {
             tracing::info!("shutting down: the publisher stops after its current batch");
             let _ = stop.send(true);
             publisher.await??;

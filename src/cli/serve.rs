@@ -16,6 +16,7 @@ pub(super) async fn serve(
     outbox: OutboxArgs,
     ops: server::OpsOptions,
     keeper: Option<&mut Keeper>,
+    signal: ShutdownSignal,
 ) -> Result<(), BoxError> {
     // The in-process publisher logs in as the pool does.
     let publisher_opts = outbox.publisher(
@@ -40,7 +41,7 @@ pub(super) async fn serve(
         }
     };
     let gave_up = tokio::select! {
-        _ = shutdown_signal() => None,
+        _ = signal.received() => None,
         failed = keeper_gave_up(keeper) => Some(failed),
     };
     tracing::info!("shutting down: finishing in-flight requests");
@@ -66,12 +67,28 @@ async fn keeper_gave_up(
     }
 }
 
-/// Resolves on SIGTERM or Ctrl-C.
-pub(super) async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("SIGTERM handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
+/// SIGTERM and Ctrl-C (SIGINT), listened for from the moment it is made: made before anything
+/// starts, so a signal that arrives while the server is still starting is kept (the server
+/// stops as soon as it is up) instead of killing the process by the signal's default action.
+pub(super) struct ShutdownSignal {
+    term: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignal {
+    pub(super) fn listen() -> std::io::Result<ShutdownSignal> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(ShutdownSignal {
+            term: signal(SignalKind::terminate())?,
+            interrupt: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    /// Resolves once either signal has arrived (also before this was awaited).
+    pub(super) async fn received(mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
     }
 }

@@ -28,6 +28,7 @@ mod posting;
 mod readme;
 mod reads;
 mod roles;
+mod rooms;
 mod server_surface;
 mod throughput;
 mod tidy;

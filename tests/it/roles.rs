@@ -259,3 +259,34 @@ async fn the_readmes_steps_for_an_existing_postgresql_give_a_service_that_cannot
         assert_eq!(err.code().map(|c| c.code()), Some("42501"), "{sql}: {err}");
     }
 }
+
+/// A SIGTERM that arrives while the server is still starting (its port already open, the
+/// rest of its start-up not yet done) stops it as gracefully as one that arrives later: the
+/// handler is installed before anything starts, so the signal is never the process's death.
+#[tokio::test]
+async fn a_sigterm_as_soon_as_the_port_opens_stops_the_server_gracefully_every_time() {
+    let owner = pg::shared_cluster().fresh_database().await;
+    for round in 0..12 {
+        let mut server = ServeProcess::start(&owner);
+        let began = Instant::now();
+        while tokio::net::TcpStream::connect(("127.0.0.1", server.port))
+            .await
+            .is_err()
+        {
+            assert!(
+                began.elapsed() < Duration::from_secs(60),
+                "not up:\n{}",
+                server.log()
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let pid = server.child.id().expect("running") as i32;
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let status = server.exit_status().await;
+        assert!(
+            status.success(),
+            "round {round}: {status}:\n{}",
+            server.log()
+        );
+    }
+}

@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 /// Every `.rs` file under `dir`, appended to `out`.
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+pub(crate) fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.is_dir() {
@@ -23,7 +23,7 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
 
 /// Every `.rs` file under `src/` and the crates' `src/`, relative to the workspace
 /// (`crates/server/src/storage/mod.rs`).
-fn sources() -> Vec<(String, String)> {
+pub(crate) fn sources() -> Vec<(String, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
     walk(&root.join("src"), &mut files);
@@ -41,7 +41,7 @@ fn sources() -> Vec<(String, String)> {
 }
 
 /// The code lines of a file (comment lines dropped), numbered from 1.
-fn code(text: &str) -> impl Iterator<Item = (usize, &str)> {
+pub(crate) fn code(text: &str) -> impl Iterator<Item = (usize, &str)> {
     text.lines()
         .enumerate()
         .map(|(i, l)| (i + 1, l))
@@ -232,7 +232,7 @@ fn a_panic_in_a_release_build_aborts_the_process() {
 }
 
 /// The code lines of a file outside its `#[cfg(test)] mod … { … }` blocks, numbered from 1.
-fn production_code(text: &str) -> Vec<(usize, &str)> {
+pub(crate) fn production_code(text: &str) -> Vec<(usize, &str)> {
     let mut out = Vec::new();
     let mut lines = code(text).peekable();
     while let Some((n, line)) = lines.next() {

@@ -48,6 +48,27 @@ pub const MAX_BATCH_RESPONSE_BYTES: usize = MAX_BATCH_REQUEST_BYTES
 pub const MAX_AMOUNT_DIGITS: usize = 30;
 /// Largest absolute value of an account's total debits or credits, in minor units (10^36).
 pub const MAX_TOTAL_MINOR: i128 = 1_000_000_000_000_000_000_000_000_000_000_000_000;
+
+/// Largest sum of totals a read adds up over accounts (a trial balance's per-currency totals),
+/// in minor units: what 128 bits hold (±1.7·10^38, 170 accounts at [`MAX_TOTAL_MINOR`]).
+/// Beyond it the read is refused naming this limit, never wrapped.
+pub const MAX_SUM_MINOR: i128 = i128::MAX;
+
+/// Adds `b` to the running sum `a` of totals, or refuses the read beyond [`MAX_SUM_MINOR`].
+pub fn add_to_sum(a: &mut i128, b: i128, what: &str) -> Result<(), crate::error::LedgerError> {
+    match a.checked_add(b) {
+        Some(sum) => {
+            *a = sum;
+            Ok(())
+        }
+        None => Err(crate::error::LedgerError::limit(
+            what,
+            "MAX_SUM_MINOR",
+            MAX_SUM_MINOR,
+            "beyond it",
+        )),
+    }
+}
 /// Largest account scale (decimal places).
 pub const MAX_SCALE: u32 = 18;
 /// Bytes of a page token (base64url text). A trial balance's token carries its totals (up to
@@ -104,3 +125,21 @@ const _: () = assert!(
         + 4
         <= MAX_PAGE_TOKEN_BYTES
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sum_of_totals_beyond_128_bits_is_refused_naming_the_limit_not_wrapped() {
+        let mut sum = 0i128;
+        for _ in 0..170 {
+            add_to_sum(&mut sum, MAX_TOTAL_MINOR, "a total").unwrap();
+        }
+        assert_eq!(sum, 170 * MAX_TOTAL_MINOR);
+        let e = add_to_sum(&mut sum, MAX_TOTAL_MINOR, "debits of EUR").unwrap_err();
+        assert_eq!(e.metadata["limit"], "MAX_SUM_MINOR");
+        assert!(e.message.contains("debits of EUR"), "{}", e.message);
+        assert_eq!(sum, 170 * MAX_TOTAL_MINOR, "left as it was");
+    }
+}

@@ -6,7 +6,7 @@ use super::replicas::{at_read, Cut};
 use super::{page_size, Ledger};
 use crate::storage::{self, StorageError};
 use ledger_core::account::{validate_prefix, Account};
-use ledger_core::limits::{MAX_LEGS, MAX_TOKEN_TOTALS, MAX_TRIAL_BALANCE_CURRENCIES};
+use ledger_core::limits::{add_to_sum, MAX_LEGS, MAX_TOKEN_TOTALS, MAX_TRIAL_BALANCE_CURRENCIES};
 use ledger_core::page::{Fill, WireSize};
 use ledger_core::page_token::{self, Reader, Writer};
 use ledger_core::record::{AppliedAsOf, AsOf, Balance, CurrencyTotal, Entry, Posting};
@@ -412,10 +412,11 @@ async fn trial_totals(
             .map_err(StorageError::into_ledger_error)?
         {
             let t = totals.entry((b.currency.clone(), b.scale)).or_default();
-            t[0] += b.debits;
-            t[1] += b.credits;
-            t[2] += b.held_debits;
-            t[3] += b.held_credits;
+            let what = |side: &str| format!("the trial balance's {side} of {}", b.currency);
+            add_to_sum(&mut t[0], b.debits, &what("debits"))?;
+            add_to_sum(&mut t[1], b.credits, &what("credits"))?;
+            add_to_sum(&mut t[2], b.held_debits, &what("held debits"))?;
+            add_to_sum(&mut t[3], b.held_credits, &what("held credits"))?;
         }
         if totals.len() > MAX_TRIAL_BALANCE_CURRENCIES {
             return Err(LedgerError::limit(

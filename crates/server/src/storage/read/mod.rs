@@ -1,0 +1,209 @@
+//! Read queries: postings by sequence, id and key, and lists of them; [`codec`] how rows
+//! decode, [`named`] the postings a batch names, [`asof`] reads at a bitemporal cut-off.
+
+mod asof;
+mod codec;
+mod named;
+
+pub use asof::*;
+pub(crate) use codec::*;
+pub use named::*;
+
+use super::StorageError;
+use deadpool_postgres::GenericClient;
+use ledger_core::record::{AppliedAsOf, Posting};
+use ledger_core::LedgerError;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+const POSTING_COLUMNS: &str = "p.sequence, p.posting_id, p.caller, p.idempotency_key, p.effective_at,
+     p.recorded_at, p.memo, p.metadata, p.voids_posting_id, p.void_reason, v.posting_id AS voided_by,
+     p.hold, p.hold_expires_at, p.closes_hold_posting_id, p.close_kind,
+     c.posting_id AS closed_by, c.close_kind AS closed_how";
+
+/// The heads of postings by sequence, with the void and the closing posting of each (those
+/// included by the cut-off: recorded by sequence `$2`, effective by `$3`). The void and the
+/// closing posting are looked up per posting (LATERAL … LIMIT 1, on their unique indexes):
+/// joined as whole tables, the planner merge-joined the index of every void in the journal
+/// (each release of a hold is one), 14 ms per batch of void and capture targets in the
+/// writer's load, under the write lock.
+///
+/// `lapsed`: a hold whose expiry time is by the cut-off on both clocks (by the earlier of the
+/// recorded cut-off `$4` and `$3`; `$4` null: the ledger's present, the later of its clock and
+/// its last batch) and that nothing recorded by `$2` closed: it is expired though its release
+/// may not be recorded yet (see `TOTALS_AT`, which stops counting it in the same case).
+const HEADS_SQL: &str = "SELECT {COLUMNS},
+       CASE WHEN p.hold AND p.hold_expires_at <= least(coalesce($4::timestamptz,
+                 (SELECT greatest(clock_timestamp(), last_recorded_at) FROM ledger_state WHERE ledger_id = 1)), $3)
+            THEN NOT EXISTS (SELECT 1 FROM postings x WHERE x.closes_hold_posting_id = p.posting_id AND x.sequence <= $2)
+            ELSE false END AS lapsed
+     FROM postings p
+     LEFT JOIN LATERAL (SELECT posting_id FROM postings
+                        WHERE voids_posting_id = p.posting_id AND voids_posting_id IS NOT NULL
+                          AND sequence <= $2 AND effective_at <= $3 LIMIT 1) v ON true
+     LEFT JOIN LATERAL (SELECT posting_id, close_kind FROM postings
+                        WHERE closes_hold_posting_id = p.posting_id
+                          AND sequence <= $2 AND effective_at <= $3 LIMIT 1) c ON true
+     WHERE p.sequence = ANY($1) ORDER BY p.sequence";
+
+/// Every leg of postings by sequence: those that move money (entries) and those that do not
+/// (hold_legs: of holds and releases); a posting's legs are in one of the two. Legs and
+/// accounts are looked up per sequence and per leg (LATERAL): given the whole arrays, the
+/// planner seq-scanned `entries` on stale statistics (a table that grew since its last
+/// ANALYZE), in the writer's load of void and capture targets, under the write lock.
+const LEGS_SQL: &str = "SELECT l.sequence, l.leg_index, a.code, a.scale, l.direction, l.amount::text AS amount
+     FROM (SELECT DISTINCT seq FROM unnest($1::bigint[]) AS u(seq)) s
+     CROSS JOIN LATERAL (
+           SELECT sequence, leg_index, account_id, direction, amount FROM entries WHERE sequence = s.seq
+           UNION ALL
+           SELECT sequence, leg_index, account_id, direction, amount FROM hold_legs WHERE sequence = s.seq) l
+     LEFT JOIN LATERAL (SELECT code, scale FROM accounts WHERE accounts.account_id = l.account_id LIMIT 1) a ON true
+     ORDER BY l.sequence, l.leg_index";
+
+/// Loads postings (with legs, `voided_by` and a hold's state) by sequence, in sequence order,
+/// as they are now. A posting that breaks an invariant (written behind the ledger's back) is
+/// a [`StorageError::Corrupt`] naming its sequence.
+pub async fn postings_by_sequence(
+    client: &impl GenericClient,
+    sequences: &[i64],
+) -> Result<Vec<Posting>, StorageError> {
+    postings_at(client, sequences, None).await
+}
+
+/// Like [`postings_by_sequence`], with the voids and closing postings included by the
+/// cut-off `at` only (none: all of them).
+pub async fn postings_at(
+    client: &impl GenericClient,
+    sequences: &[i64],
+    at: Option<&AppliedAsOf>,
+) -> Result<Vec<Posting>, StorageError> {
+    if sequences.is_empty() {
+        return Ok(Vec::new());
+    }
+    let heads_sql = HEADS_SQL.replace("{COLUMNS}", POSTING_COLUMNS);
+    let (through, effective, recorded) = match at {
+        Some(a) => (a.sequence as i64, a.effective_at, Some(a.recorded_at)),
+        None => (
+            i64::MAX,
+            OffsetDateTime::new_utc(time::Date::MAX, time::Time::MIDNIGHT),
+            None,
+        ),
+    };
+    let head_params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+        [&sequences, &through, &effective, &recorded];
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&sequences];
+    let (heads_stmt, legs_stmt) = futures_util::future::try_join(
+        client.prepare_cached(heads_sql.as_str()),
+        client.prepare_cached(LEGS_SQL),
+    )
+    .await?;
+    let heads = client.query(&heads_stmt, &head_params);
+    let legs = client.query(&legs_stmt, &params);
+    let (heads, legs) = futures_util::future::try_join(heads, legs).await?;
+    let mut legs = legs.into_iter().peekable();
+    let mut out = Vec::with_capacity(heads.len());
+    for h in heads {
+        let mut p = posting_head(&h)?;
+        let sequence = p.sequence as i64;
+        while let Some(l) = legs.next_if(|l| l.get::<_, i64>("sequence") <= sequence) {
+            p.legs.push(posting_leg(&l, sequence, p.legs.len())?);
+        }
+        p.check_sound()
+            .map_err(|e| StorageError::corrupt_posting(sequence, e))?;
+        out.push(p);
+    }
+    if let Some(l) = legs.next() {
+        let sequence = l.get("sequence");
+        return Err(StorageError::corrupt_posting(
+            sequence,
+            "legs without a posting",
+        ));
+    }
+    Ok(out)
+}
+
+/// A posting by id.
+pub async fn posting_by_id(
+    client: &impl GenericClient,
+    id: Uuid,
+) -> Result<Option<Posting>, StorageError> {
+    let stmt = client
+        .prepare_cached("SELECT sequence FROM postings WHERE posting_id = $1")
+        .await?;
+    let row = client.query_opt(&stmt, &[&id]).await?;
+    match row {
+        None => Ok(None),
+        Some(r) => Ok(postings_by_sequence(client, &[r.get(0)]).await?.pop()),
+    }
+}
+
+/// A posting by its caller's idempotency key, or the stored rejection of that key.
+pub async fn posting_by_key(
+    client: &impl GenericClient,
+    caller: &str,
+    key: &str,
+) -> Result<Option<Result<Posting, LedgerError>>, StorageError> {
+    let row = client
+        .query_opt(
+            "SELECT p.sequence, r.reason, r.message, r.metadata FROM idempotency_keys k
+             LEFT JOIN postings p ON p.key_id = k.key_id
+             LEFT JOIN rejections r ON r.caller = k.caller AND r.idempotency_key = k.idempotency_key
+             WHERE k.caller = $1 AND k.idempotency_key = $2",
+            &[&caller, &key],
+        )
+        .await?;
+    let Some(row) = row else { return Ok(None) };
+    match row.get::<_, Option<i64>>("sequence") {
+        Some(seq) => Ok(postings_by_sequence(client, &[seq]).await?.pop().map(Ok)),
+        None => Ok(Some(Err(stored_rejection(
+            key,
+            row.get("reason"),
+            row.get("message"),
+            row.get("metadata"),
+        )?))),
+    }
+}
+
+/// The postings touching an account after `$2`, at most `$3`: those whose legs moved its
+/// money (entries) and those whose legs moved none (holds and releases, in hold_legs), each
+/// side read along its (account, sequence) index, distinct postings (a posting may have many
+/// legs on one account).
+const ACCOUNT_POSTINGS_SQL: &str = "SELECT sequence FROM (
+       (SELECT DISTINCT sequence FROM entries WHERE account_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3)
+       UNION
+       (SELECT DISTINCT sequence FROM hold_legs WHERE account_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3)) s
+     ORDER BY sequence LIMIT $3";
+
+/// Postings in sequence order after `after`, optionally only those touching an account.
+pub async fn list_postings(
+    client: &impl GenericClient,
+    account_id: Option<i64>,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<Posting>, StorageError> {
+    let rows = match account_id {
+        Some(id) => {
+            client
+                .query(ACCOUNT_POSTINGS_SQL, &[&id, &after, &limit])
+                .await?
+        }
+        None => {
+            let sql =
+                "SELECT sequence FROM postings WHERE sequence > $1 ORDER BY sequence LIMIT $2";
+            client.query(sql, &[&after, &limit]).await?
+        }
+    };
+    let seqs: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+    postings_by_sequence(client, &seqs).await
+}
+
+/// The key that makes page tokens tamper-evident.
+pub async fn page_token_key(client: &impl GenericClient) -> Result<Vec<u8>, StorageError> {
+    Ok(client
+        .query_one(
+            "SELECT page_token_key FROM ledger_secret WHERE ledger_id = 1",
+            &[],
+        )
+        .await?
+        .get(0))
+}
