@@ -209,13 +209,7 @@ fn held_legs(
                 )
                 .with("account", &l.account)
             })?;
-            Ok(Leg {
-                account_id: a.id,
-                account_code: a.code.clone(),
-                currency: a.currency.clone(),
-                direction: l.direction,
-                amount: l.amount,
-            })
+            Ok(Leg::on(a, l.direction, l.amount))
         })
         .collect()
 }

@@ -55,6 +55,19 @@ pub struct Leg {
     pub amount: Amount,
 }
 
+impl Leg {
+    /// A leg of `amount` on `account`, on its `direction` side.
+    pub fn on(account: &Account, direction: Direction, amount: Amount) -> Leg {
+        Leg {
+            account_id: account.id,
+            account_code: account.code.clone(),
+            currency: account.currency.clone(),
+            direction,
+            amount,
+        }
+    }
+}
+
 /// A request fingerprint: SHA-256 of the canonical meaning of a request.
 pub type Fingerprint = [u8; 32];
 

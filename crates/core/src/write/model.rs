@@ -965,13 +965,7 @@ fn check_outcomes(
             .iter()
             .map(|l| {
                 let a = &accounts()[&l.account];
-                Leg {
-                    account_id: a.id,
-                    account_code: a.code.clone(),
-                    currency: a.currency.clone(),
-                    direction: l.direction,
-                    amount: l.amount,
-                }
+                Leg::on(a, l.direction, l.amount)
             })
             .collect();
         prop_assert!(check_balanced(&legs).is_ok(), "balanced per currency");

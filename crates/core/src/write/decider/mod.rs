@@ -273,13 +273,7 @@ impl<'a> Decider<'a> {
             .iter()
             .filter_map(|l| {
                 let a = &self.snapshot.accounts.get(&l.account_id)?.account;
-                Some(Leg {
-                    account_id: l.account_id,
-                    account_code: a.code.clone(),
-                    currency: a.currency.clone(),
-                    direction: l.direction,
-                    amount: l.amount,
-                })
+                Some(Leg::on(a, l.direction, l.amount))
             })
             .collect()
     }

@@ -203,13 +203,7 @@ impl<'a> Decider<'a> {
                     let e = LedgerError::journal_corrupt(&row, Some(p.sequence as i64), &why);
                     return Err(Refusal::Unbound(e));
                 };
-                Ok(Leg {
-                    account_id: a.id,
-                    account_code: a.code.clone(),
-                    currency: a.currency.clone(),
-                    direction: l.direction,
-                    amount: l.amount,
-                })
+                Ok(Leg::on(a, l.direction, l.amount))
             })
             .collect::<Result<Vec<Leg>, Refusal>>()?;
         check_balanced(&legs).map_err(|e| unbalanced_named(p, &e))?;
