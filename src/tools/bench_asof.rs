@@ -177,6 +177,7 @@ async fn read_latencies(
             let start = Instant::now();
             client
                 .get_balance(pb::GetBalanceRequest {
+                    ledger: String::new(),
                     account: HOT.into(),
                     as_of,
                 })

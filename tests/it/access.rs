@@ -21,6 +21,7 @@ pub fn bearer<T>(msg: T, token: &str) -> Request<T> {
 
 fn account_req(code: &str) -> pb::CreateAccountRequest {
     pb::CreateAccountRequest {
+        ledger: String::new(),
         code: code.into(),
         currency: "EUR".into(),
         scale: 2,
@@ -75,12 +76,16 @@ async fn with_auth_on_each_call_is_judged_by_its_token_and_role() {
         .unwrap();
 
     let void = |key: &str| pb::VoidRequest {
+        ledger: String::new(),
         idempotency_key: key.into(),
         posting_id: posted.posting_id.clone(),
         reason: "r".into(),
         effective_at: None,
     };
-    let get = || pb::GetAccountRequest { code: "a".into() };
+    let get = || pb::GetAccountRequest {
+        ledger: String::new(),
+        code: "a".into(),
+    };
 
     // Without a token, with an unknown one, with a malformed header: UNAUTHENTICATED.
     let e = c.get_account(get()).await.unwrap_err();
@@ -105,6 +110,7 @@ async fn with_auth_on_each_call_is_judged_by_its_token_and_role() {
     assert_eq!(read.into_inner().code, "a");
     c.get_balance(bearer(
         pb::GetBalanceRequest {
+            ledger: String::new(),
             account: "b".into(),
             as_of: None,
         },
@@ -118,6 +124,7 @@ async fn with_auth_on_each_call_is_judged_by_its_token_and_role() {
         .unwrap_err();
     assert_error(&e, Code::PermissionDenied, "PERMISSION_DENIED");
     let batch = pb::PostBatchRequest {
+        ledger: String::new(),
         requests: vec![transfer("k4", "a", "b", "1.00")],
     };
     let e = c.post_batch(bearer(batch, &tok.reader)).await.unwrap_err();
@@ -223,6 +230,7 @@ async fn the_same_key_from_two_callers_makes_two_postings_each_recording_its_cal
     let by_key = |token: &str| {
         bearer(
             pb::GetPostingRequest {
+                ledger: String::new(),
                 by: Some(pb::get_posting_request::By::IdempotencyKey(
                     "same-key".into(),
                 )),
@@ -274,7 +282,13 @@ async fn the_token_command_prints_a_token_and_a_line_that_authenticates_it() {
     .await;
     let mut c = t.client.clone();
     let e = c
-        .get_account(bearer(pb::GetAccountRequest { code: "x".into() }, token))
+        .get_account(bearer(
+            pb::GetAccountRequest {
+                ledger: String::new(),
+                code: "x".into(),
+            },
+            token,
+        ))
         .await
         .unwrap_err();
     assert_error(&e, Code::NotFound, "ACCOUNT_NOT_FOUND");
@@ -389,7 +403,10 @@ async fn over_tls_a_client_that_trusts_the_ca_posts_and_a_plaintext_one_fails() 
         .await;
     if let Ok(ch) = plain {
         let e = LedgerClient::new(ch)
-            .get_account(pb::GetAccountRequest { code: "a".into() })
+            .get_account(pb::GetAccountRequest {
+                ledger: String::new(),
+                code: "a".into(),
+            })
             .await
             .unwrap_err();
         assert_ne!(e.code(), Code::Ok);
@@ -433,7 +450,10 @@ async fn with_mutual_tls_the_client_certificate_names_the_caller_and_its_role() 
         .await
         .unwrap();
     reader
-        .get_account(pb::GetAccountRequest { code: "a".into() })
+        .get_account(pb::GetAccountRequest {
+            ledger: String::new(),
+            code: "a".into(),
+        })
         .await
         .expect("reader reads");
     let e = reader
@@ -447,7 +467,10 @@ async fn with_mutual_tls_the_client_certificate_names_the_caller_and_its_role() 
         .await
         .unwrap();
     let e = stranger
-        .get_account(pb::GetAccountRequest { code: "a".into() })
+        .get_account(pb::GetAccountRequest {
+            ledger: String::new(),
+            code: "a".into(),
+        })
         .await
         .unwrap_err();
     assert_error(&e, Code::Unauthenticated, "UNAUTHENTICATED");
@@ -456,7 +479,10 @@ async fn with_mutual_tls_the_client_certificate_names_the_caller_and_its_role() 
     let refused = match pki.connect(addr, None).await {
         Err(_) => true,
         Ok(mut c) => c
-            .get_account(pb::GetAccountRequest { code: "a".into() })
+            .get_account(pb::GetAccountRequest {
+                ledger: String::new(),
+                code: "a".into(),
+            })
             .await
             .is_err(),
     };
@@ -466,7 +492,10 @@ async fn with_mutual_tls_the_client_certificate_names_the_caller_and_its_role() 
     let refused = match pki.connect(addr, Some(other.client("svc-m", &[]))).await {
         Err(_) => true,
         Ok(mut c) => c
-            .get_account(pb::GetAccountRequest { code: "a".into() })
+            .get_account(pb::GetAccountRequest {
+                ledger: String::new(),
+                code: "a".into(),
+            })
             .await
             .is_err(),
     };

@@ -6,6 +6,7 @@ use tonic::Code;
 
 fn create(code: &str, currency: &str, scale: u32) -> pb::CreateAccountRequest {
     pb::CreateAccountRequest {
+        ledger: String::new(),
         code: code.into(),
         currency: currency.into(),
         scale,
@@ -37,6 +38,7 @@ async fn creating_an_identical_account_again_is_a_success_that_creates_nothing()
     let got = t
         .client
         .get_account(pb::GetAccountRequest {
+            ledger: String::new(),
             code: "liabilities:wallet:alice".into(),
         })
         .await
@@ -95,6 +97,7 @@ async fn invalid_accounts_are_refused_with_their_reason() {
     let err = t
         .client
         .get_account(pb::GetAccountRequest {
+            ledger: String::new(),
             code: "missing".into(),
         })
         .await
@@ -121,6 +124,7 @@ async fn list_accounts_pages_through_a_prefix_once_each() {
         let page = t
             .client
             .list_accounts(pb::ListAccountsRequest {
+                ledger: String::new(),
                 prefix: "assets:".into(),
                 page_size: 10,
                 page_token: token,
@@ -140,6 +144,7 @@ async fn list_accounts_pages_through_a_prefix_once_each() {
     let err = t
         .client
         .list_accounts(pb::ListAccountsRequest {
+            ledger: String::new(),
             prefix: "".into(),
             page_size: 1001,
             page_token: String::new(),
@@ -151,6 +156,7 @@ async fn list_accounts_pages_through_a_prefix_once_each() {
     let err = t
         .client
         .list_accounts(pb::ListAccountsRequest {
+            ledger: String::new(),
             prefix: "assets:".into(),
             page_size: 10,
             page_token: "deadbeef".into(),

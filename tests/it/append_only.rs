@@ -66,6 +66,7 @@ async fn the_database_refuses_a_second_close_of_one_hold() {
     let h = t.post(hold).await.unwrap().posting.unwrap();
     t.client
         .void(pb::VoidRequest {
+            ledger: String::new(),
             idempotency_key: "r".into(),
             posting_id: h.posting_id.clone(),
             reason: "released".into(),

@@ -157,6 +157,7 @@ async fn voided(
 ) -> pb::Posting {
     t.client
         .void(pb::VoidRequest {
+            ledger: String::new(),
             idempotency_key: key.into(),
             posting_id: target.posting_id.clone(),
             reason: "test".into(),
@@ -203,6 +204,7 @@ async fn all_entries(
         let page = t
             .client
             .list_entries(pb::ListEntriesRequest {
+                ledger: String::new(),
                 account: account.into(),
                 as_of: cut,
                 page_size,
@@ -232,6 +234,7 @@ async fn all_balances(
     loop {
         let page = client
             .list_balances(pb::ListBalancesRequest {
+                ledger: String::new(),
                 prefix: prefix.into(),
                 as_of: cut,
                 page_size,
@@ -543,6 +546,7 @@ async fn tampered_or_foreign_page_tokens_are_refused() {
     let entries = t
         .client
         .list_entries(pb::ListEntriesRequest {
+            ledger: String::new(),
             account: "a:0".into(),
             as_of: None,
             page_size: 1,
@@ -554,6 +558,7 @@ async fn tampered_or_foreign_page_tokens_are_refused() {
     let balances = t
         .client
         .list_balances(pb::ListBalancesRequest {
+            ledger: String::new(),
             prefix: String::new(),
             as_of: None,
             page_size: 1,
@@ -584,6 +589,7 @@ async fn tampered_or_foreign_page_tokens_are_refused() {
         let err = t
             .client
             .list_entries(pb::ListEntriesRequest {
+                ledger: String::new(),
                 account: "a:0".into(),
                 as_of: None,
                 page_size: 1,
@@ -597,6 +603,7 @@ async fn tampered_or_foreign_page_tokens_are_refused() {
     let err = t
         .client
         .list_entries(pb::ListEntriesRequest {
+            ledger: String::new(),
             account: "w".into(),
             as_of: None,
             page_size: 1,
@@ -612,6 +619,7 @@ async fn tampered_or_foreign_page_tokens_are_refused() {
         let err = t
             .client
             .list_balances(pb::ListBalancesRequest {
+                ledger: String::new(),
                 prefix: String::new(),
                 as_of: None,
                 page_size: 1,
@@ -625,6 +633,7 @@ async fn tampered_or_foreign_page_tokens_are_refused() {
     let err = t
         .client
         .list_balances(pb::ListBalancesRequest {
+            ledger: String::new(),
             prefix: "a:".into(),
             as_of: None,
             page_size: 1,
@@ -692,6 +701,7 @@ async fn a_posting_recorded_ahead_of_the_clock_is_seen_at_once_and_its_time_is_a
     let err = t
         .client
         .get_balance(pb::GetBalanceRequest {
+            ledger: String::new(),
             account: "a:0".into(),
             as_of: as_of(Some(rec + Duration::seconds(1)), None),
         })
@@ -811,6 +821,7 @@ async fn answers_taken_while_writers_race_readers_are_the_same_when_asked_again(
                     0 => {
                         let b = c
                             .get_balance(pb::GetBalanceRequest {
+                                ledger: String::new(),
                                 account: account.clone(),
                                 as_of: cut,
                             })
@@ -830,6 +841,7 @@ async fn answers_taken_while_writers_race_readers_are_the_same_when_asked_again(
                             .or(as_of(Some(now), None));
                         let e = c
                             .list_entries(pb::ListEntriesRequest {
+                                ledger: String::new(),
                                 account: account.clone(),
                                 as_of: cut,
                                 page_size: 1000,
@@ -870,6 +882,7 @@ async fn answers_taken_while_writers_race_readers_are_the_same_when_asked_again(
                 kinds[0] += 1;
                 let again = client
                     .get_balance(pb::GetBalanceRequest {
+                        ledger: String::new(),
                         account: account.clone(),
                         as_of: b.as_of,
                     })
@@ -900,6 +913,7 @@ async fn answers_taken_while_writers_race_readers_are_the_same_when_asked_again(
                 kinds[2] += 1;
                 let again = client
                     .list_entries(pb::ListEntriesRequest {
+                        ledger: String::new(),
                         account: account.clone(),
                         as_of: *cut,
                         page_size: 1000,

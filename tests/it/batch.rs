@@ -12,7 +12,10 @@ use tonic_types::StatusExt;
 
 /// A `PostBatch` of these requests.
 pub fn batch(requests: Vec<pb::PostRequest>) -> pb::PostBatchRequest {
-    pb::PostBatchRequest { requests }
+    pb::PostBatchRequest {
+        ledger: String::new(),
+        requests,
+    }
 }
 
 /// A result's error as the status a failed `Post` call would carry (code, message, details).
@@ -158,6 +161,7 @@ async fn naming_earlier_first(t: &mut TestLedger) -> Normalized {
     let earlier = t
         .client
         .get_posting(pb::GetPostingRequest {
+            ledger: String::new(),
             by: Some(pb::get_posting_request::By::IdempotencyKey(
                 "earlier".into(),
             )),

@@ -147,6 +147,7 @@ async fn ledger_with_holds() -> TestLedger {
     t.client.capture(capture).await.unwrap();
     let h2 = t.post(hold("h2", "10.00")).await.unwrap().posting.unwrap();
     let release = pb::VoidRequest {
+        ledger: String::new(),
         idempotency_key: "r".into(),
         posting_id: h2.posting_id,
         reason: "released".into(),

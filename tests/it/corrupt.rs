@@ -95,6 +95,7 @@ async fn reads_of_a_corrupt_posting_answer_data_loss_and_everything_else_keeps_s
     let by_id = t
         .client
         .get_posting(pb::GetPostingRequest {
+            ledger: String::new(),
             by: Some(pb::get_posting_request::By::PostingId(id.to_string())),
             as_of: None,
         })
@@ -104,6 +105,7 @@ async fn reads_of_a_corrupt_posting_answer_data_loss_and_everything_else_keeps_s
     let by_key = t
         .client
         .get_posting(pb::GetPostingRequest {
+            ledger: String::new(),
             by: Some(pb::get_posting_request::By::IdempotencyKey(
                 "intruded".into(),
             )),
@@ -115,6 +117,7 @@ async fn reads_of_a_corrupt_posting_answer_data_loss_and_everything_else_keeps_s
     let page = t
         .client
         .list_postings(pb::ListPostingsRequest {
+            ledger: String::new(),
             account: String::new(),
             page_size: 10,
             page_token: String::new(),
@@ -127,6 +130,7 @@ async fn reads_of_a_corrupt_posting_answer_data_loss_and_everything_else_keeps_s
     let again = t
         .client
         .get_posting(pb::GetPostingRequest {
+            ledger: String::new(),
             by: Some(pb::get_posting_request::By::PostingId(good.posting_id)),
             as_of: None,
         })
@@ -167,6 +171,7 @@ async fn writes_touching_a_corrupt_posting_are_refused_without_binding_their_key
     let void = t
         .client
         .void(pb::VoidRequest {
+            ledger: String::new(),
             idempotency_key: "undo".into(),
             posting_id: id.to_string(),
             reason: "r".into(),

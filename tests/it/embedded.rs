@@ -81,6 +81,7 @@ async fn embedded_default_starts_as_root_keeps_data_across_a_restart_and_leaves_
     let mut c = client_when_up(port, Duration::from_secs(60)).await;
     let b = c
         .get_balance(pb::GetBalanceRequest {
+            ledger: String::new(),
             account: "acct:0".into(),
             as_of: None,
         })
@@ -138,6 +139,7 @@ async fn embedded_postgres_recovers_after_the_server_and_then_postgres_are_kille
     let mut c = client_when_up(port, Duration::from_secs(60)).await;
     let b = c
         .get_balance(pb::GetBalanceRequest {
+            ledger: String::new(),
             account: "acct:0".into(),
             as_of: None,
         })

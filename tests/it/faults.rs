@@ -295,9 +295,12 @@ async fn sigkill_of_the_server_under_load_with_retrying_clients_loses_and_double
     let mut c = lazy_client(&addr);
     let start = Instant::now();
     loop {
-        if c.get_account(pb::GetAccountRequest { code: "x".into() })
-            .await
-            .is_err_and(|s| s.code() == Code::NotFound)
+        if c.get_account(pb::GetAccountRequest {
+            ledger: String::new(),
+            code: "x".into(),
+        })
+        .await
+        .is_err_and(|s| s.code() == Code::NotFound)
         {
             break;
         }

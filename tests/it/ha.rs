@@ -451,6 +451,7 @@ async fn reads_at(
     for a in ["equity:world", "acct:0", "acct:1"] {
         let b = c
             .get_balance(pb::GetBalanceRequest {
+                ledger: String::new(),
                 account: a.into(),
                 as_of: at,
             })
@@ -462,6 +463,7 @@ async fn reads_at(
     }
     let tb = c
         .list_balances(pb::ListBalancesRequest {
+            ledger: String::new(),
             prefix: String::new(),
             as_of: at,
             page_size: 0,
@@ -474,6 +476,7 @@ async fn reads_at(
     ));
     let st = c
         .list_entries(pb::ListEntriesRequest {
+            ledger: String::new(),
             account: "acct:1".into(),
             as_of: at,
             page_size: 0,
@@ -652,6 +655,7 @@ async fn as_of_reads_served_by_the_standby_equal_the_primarys_and_a_standby_behi
     assert!(now.iter().all(|r| r.starts_with("Ok(")), "{now:?}");
     let head = b
         .get_balance(pb::GetBalanceRequest {
+            ledger: String::new(),
             account: "acct:1".into(),
             as_of: None,
         })
@@ -868,6 +872,7 @@ async fn measure_as_of_get_balance_throughput_primary_alone_and_with_the_standby
                 while Instant::now() < stop {
                     let r = cuts[(n * 7 + w) % cuts.len()];
                     c.get_balance(pb::GetBalanceRequest {
+                        ledger: String::new(),
                         account: format!("acct:{}", n % 4),
                         as_of: as_of(Some(r), None),
                     })

@@ -151,6 +151,7 @@ async fn client_run(
             }
             Kind::Void { key, target } => {
                 let mut req = tonic::Request::new(pb::VoidRequest {
+                    ledger: String::new(),
                     idempotency_key: key.clone(),
                     posting_id: target.clone(),
                     reason: "history".into(),
@@ -165,6 +166,7 @@ async fn client_run(
             }
             Kind::Read { account } => {
                 let mut req = tonic::Request::new(pb::GetBalanceRequest {
+                    ledger: String::new(),
                     account: ACCOUNTS[*account].into(),
                     as_of: None,
                 });
@@ -272,6 +274,7 @@ pub async fn run_history(seed: u64, clients: usize, ops_per_client: usize) -> St
         let page = t
             .client
             .list_postings(pb::ListPostingsRequest {
+                ledger: String::new(),
                 account: String::new(),
                 page_size: 1000,
                 page_token: token,
@@ -346,6 +349,7 @@ pub async fn run_history(seed: u64, clients: usize, ops_per_client: usize) -> St
                 let got = t
                     .client
                     .get_posting(pb::GetPostingRequest {
+                        ledger: String::new(),
                         by: Some(pb::get_posting_request::By::IdempotencyKey(key.clone())),
                         as_of: None,
                     })

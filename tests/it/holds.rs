@@ -84,6 +84,7 @@ fn legs(from: &str, to: &str, amount: &str) -> Vec<pb::Leg> {
 
 async fn void(c: &mut Client, key: &str, posting: &str) -> Result<pb::VoidResponse, tonic::Status> {
     c.void(pb::VoidRequest {
+        ledger: String::new(),
         idempotency_key: key.into(),
         posting_id: posting.into(),
         reason: "released".into(),
@@ -99,6 +100,7 @@ async fn get(
     as_of: Option<pb::AsOf>,
 ) -> Result<pb::Posting, tonic::Status> {
     c.get_posting(pb::GetPostingRequest {
+        ledger: String::new(),
         by: Some(pb::get_posting_request::By::PostingId(id.into())),
         as_of,
     })
@@ -434,6 +436,7 @@ async fn six_holds_of_1000_on_a_balance_of_5000_accept_five_and_the_refused_one_
     let by_key = t
         .client
         .get_posting(pb::GetPostingRequest {
+            ledger: String::new(),
             by: Some(pb::get_posting_request::By::IdempotencyKey("h5".into())),
             as_of: None,
         })
@@ -1123,7 +1126,10 @@ async fn late_releases_log_one_line_per_round_with_counts_and_their_lag_is_a_met
         .collect();
     let results = t
         .client
-        .post_batch(pb::PostBatchRequest { requests })
+        .post_batch(pb::PostBatchRequest {
+            ledger: String::new(),
+            requests,
+        })
         .await
         .unwrap()
         .into_inner()

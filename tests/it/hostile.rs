@@ -261,6 +261,7 @@ async fn every_rpc(t: &TestLedger, f: Fields) -> Vec<(&'static str, Result<(), t
         effective_at: f.at,
     });
     let post = pb::PostRequest {
+        ledger: String::new(),
         idempotency_key: f.key.clone(),
         legs: f.legs.clone(),
         effective_at: f.at,
@@ -274,13 +275,17 @@ async fn every_rpc(t: &TestLedger, f: Fields) -> Vec<(&'static str, Result<(), t
         ("Post", c.post(post).await.map(drop)),
         (
             "PostBatch",
-            c.post_batch(pb::PostBatchRequest { requests })
-                .await
-                .and_then(|r| first_unacceptable_result(r.into_inner())),
+            c.post_batch(pb::PostBatchRequest {
+                ledger: String::new(),
+                requests,
+            })
+            .await
+            .and_then(|r| first_unacceptable_result(r.into_inner())),
         ),
         (
             "Capture",
             c.capture(pb::CaptureRequest {
+                ledger: String::new(),
                 idempotency_key: f.key.clone(),
                 hold_posting_id: f.code.clone(),
                 legs: f.legs.clone(),
@@ -294,6 +299,7 @@ async fn every_rpc(t: &TestLedger, f: Fields) -> Vec<(&'static str, Result<(), t
         (
             "Void",
             c.void(pb::VoidRequest {
+                ledger: String::new(),
                 idempotency_key: f.key.clone(),
                 posting_id: f.code.clone(),
                 reason: f.memo.clone(),
@@ -305,6 +311,7 @@ async fn every_rpc(t: &TestLedger, f: Fields) -> Vec<(&'static str, Result<(), t
         (
             "CreateAccount",
             c.create_account(pb::CreateAccountRequest {
+                ledger: String::new(),
                 code: f.code.clone(),
                 currency: f.currency.clone(),
                 scale: f.scale,
@@ -318,6 +325,7 @@ async fn every_rpc(t: &TestLedger, f: Fields) -> Vec<(&'static str, Result<(), t
         (
             "GetAccount",
             c.get_account(pb::GetAccountRequest {
+                ledger: String::new(),
                 code: f.code.clone(),
             })
             .await
@@ -326,6 +334,7 @@ async fn every_rpc(t: &TestLedger, f: Fields) -> Vec<(&'static str, Result<(), t
         (
             "ListAccounts",
             c.list_accounts(pb::ListAccountsRequest {
+                ledger: String::new(),
                 prefix: f.code.clone(),
                 page_size: f.page_size,
                 page_token: f.page_token.clone(),
@@ -336,6 +345,7 @@ async fn every_rpc(t: &TestLedger, f: Fields) -> Vec<(&'static str, Result<(), t
         (
             "GetPosting",
             c.get_posting(pb::GetPostingRequest {
+                ledger: String::new(),
                 by: Some(if f.scale.is_multiple_of(2) {
                     pb::get_posting_request::By::PostingId(f.code.clone())
                 } else {
@@ -349,6 +359,7 @@ async fn every_rpc(t: &TestLedger, f: Fields) -> Vec<(&'static str, Result<(), t
         (
             "ListPostings",
             c.list_postings(pb::ListPostingsRequest {
+                ledger: String::new(),
                 account: f.code.clone(),
                 page_size: f.page_size,
                 page_token: f.page_token.clone(),
@@ -359,6 +370,7 @@ async fn every_rpc(t: &TestLedger, f: Fields) -> Vec<(&'static str, Result<(), t
         (
             "GetBalance",
             c.get_balance(pb::GetBalanceRequest {
+                ledger: String::new(),
                 account: f.code.clone(),
                 as_of,
             })
@@ -368,6 +380,7 @@ async fn every_rpc(t: &TestLedger, f: Fields) -> Vec<(&'static str, Result<(), t
         (
             "ListBalances",
             c.list_balances(pb::ListBalancesRequest {
+                ledger: String::new(),
                 prefix: f.code.clone(),
                 as_of,
                 page_size: f.page_size,
@@ -379,6 +392,7 @@ async fn every_rpc(t: &TestLedger, f: Fields) -> Vec<(&'static str, Result<(), t
         (
             "ListEntries",
             c.list_entries(pb::ListEntriesRequest {
+                ledger: String::new(),
                 account: f.code.clone(),
                 as_of,
                 page_size: f.page_size,

@@ -106,6 +106,7 @@ async fn same_key_with_a_different_amount_is_refused_and_writes_nothing() {
     let err = t
         .client
         .void(pb::VoidRequest {
+            ledger: String::new(),
             idempotency_key: "k1".into(),
             posting_id: p.posting_id,
             reason: "x".into(),
@@ -204,6 +205,7 @@ async fn keys_are_scoped_to_the_caller() {
     let got = t
         .client
         .get_posting(pb::GetPostingRequest {
+            ledger: String::new(),
             by: Some(pb::get_posting_request::By::IdempotencyKey("k".into())),
             as_of: None,
         })

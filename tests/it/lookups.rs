@@ -120,6 +120,7 @@ fn close_each(
                 c.capture(capture).await.map(|_| ())
             } else {
                 let release = pb::VoidRequest {
+                    ledger: String::new(),
                     idempotency_key: format!("release-{i}"),
                     posting_id: hold,
                     reason: "released".into(),

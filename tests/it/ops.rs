@@ -27,6 +27,7 @@ async fn call(t: &TestLedger, c: Call) -> Result<(), tonic::Status> {
         Call::Create(r) => cl.create_account(r).await.map(drop),
         Call::ListAccounts(n) => cl
             .list_accounts(pb::ListAccountsRequest {
+                ledger: String::new(),
                 prefix: String::new(),
                 page_size: n,
                 page_token: String::new(),
@@ -35,6 +36,7 @@ async fn call(t: &TestLedger, c: Call) -> Result<(), tonic::Status> {
             .map(drop),
         Call::ListPostings(n) => cl
             .list_postings(pb::ListPostingsRequest {
+                ledger: String::new(),
                 account: String::new(),
                 page_size: n,
                 page_token: String::new(),
@@ -43,6 +45,7 @@ async fn call(t: &TestLedger, c: Call) -> Result<(), tonic::Status> {
             .map(drop),
         Call::ListBalances(n) => cl
             .list_balances(pb::ListBalancesRequest {
+                ledger: String::new(),
                 prefix: String::new(),
                 as_of: None,
                 page_size: n,
@@ -52,6 +55,7 @@ async fn call(t: &TestLedger, c: Call) -> Result<(), tonic::Status> {
             .map(drop),
         Call::ListEntries(n) => cl
             .list_entries(pb::ListEntriesRequest {
+                ledger: String::new(),
                 account: "acct:0".into(),
                 as_of: None,
                 page_size: n,
@@ -91,6 +95,7 @@ fn many_legs(n: usize) -> Vec<pb::Leg> {
 
 fn account_with(code: &str, metadata: HashMap<String, String>) -> pb::CreateAccountRequest {
     pb::CreateAccountRequest {
+        ledger: String::new(),
         code: code.into(),
         currency: "EUR".into(),
         scale: 2,
@@ -114,6 +119,7 @@ async fn each_limit_is_enforced_at_its_bound_and_named_in_the_error_beyond_it() 
         .posting
         .unwrap();
     let void = |key: &str, reason_bytes: usize| pb::VoidRequest {
+        ledger: String::new(),
         idempotency_key: key.into(),
         posting_id: posted.posting_id.clone(),
         reason: "r".repeat(reason_bytes),
@@ -324,6 +330,7 @@ async fn the_metrics_endpoint_shows_counts_that_move_with_requests() {
         let e = t
             .client
             .get_account(pb::GetAccountRequest {
+                ledger: String::new(),
                 code: format!("missing:{i}"),
             })
             .await
@@ -464,6 +471,7 @@ async fn json_logs_have_one_line_per_request_with_the_caller_and_never_the_token
         let e = client
             .get_account(crate::access::bearer(
                 pb::GetAccountRequest {
+                    ledger: String::new(),
                     code: format!("nope:{i}"),
                 },
                 &token,
@@ -474,7 +482,10 @@ async fn json_logs_have_one_line_per_request_with_the_caller_and_never_the_token
     }
     let e = client
         .get_account(crate::access::bearer(
-            pb::GetAccountRequest { code: "x".into() },
+            pb::GetAccountRequest {
+                ledger: String::new(),
+                code: "x".into(),
+            },
             &format!("{token}0"),
         ))
         .await
@@ -567,6 +578,7 @@ async fn on_sigterm_a_request_in_flight_completes_new_ones_are_refused_and_the_p
     let refused = loop {
         let r = client
             .get_account(pb::GetAccountRequest {
+                ledger: String::new(),
                 code: "acct:0".into(),
             })
             .await;

@@ -51,6 +51,7 @@ async fn assert_stream_matches_journal(nats: &NatsServer, t: &TestLedger) -> Vec
 
 fn void(key: &str, posting_id: &str) -> pb::VoidRequest {
     pb::VoidRequest {
+        ledger: String::new(),
         idempotency_key: key.into(),
         posting_id: posting_id.into(),
         reason: "refund".into(),

@@ -32,6 +32,7 @@ async fn a_thousand_accounts_with_full_metadata_page_within_the_byte_limit_each_
         let mut c = c.clone();
         creates.push(async move {
             c.create_account(pb::CreateAccountRequest {
+                ledger: String::new(),
                 code: format!("meta:{i:04}"),
                 currency: "EUR".into(),
                 scale: 2,
@@ -51,6 +52,7 @@ async fn a_thousand_accounts_with_full_metadata_page_within_the_byte_limit_each_
     loop {
         let page = c
             .list_accounts(pb::ListAccountsRequest {
+                ledger: String::new(),
                 prefix: "meta:".into(),
                 page_size: MAX_PAGE_SIZE,
                 page_token: token,
@@ -121,6 +123,7 @@ async fn postings_of_a_hundred_legs_with_full_memo_and_metadata_page_within_the_
         let page = t
             .client
             .list_postings(pb::ListPostingsRequest {
+                ledger: String::new(),
                 account: to.clone(),
                 page_size: MAX_PAGE_SIZE,
                 page_token: token,
@@ -165,6 +168,7 @@ async fn later_trial_balance_pages_carry_the_totals_of_the_first_instead_of_summ
         .unwrap();
     }
     let page = |token: String| pb::ListBalancesRequest {
+        ledger: String::new(),
         prefix: String::new(),
         as_of: None,
         page_size: 1,
@@ -299,6 +303,7 @@ async fn a_page_token_of_the_earlier_version_is_refused() {
     let e = t
         .client
         .list_accounts(pb::ListAccountsRequest {
+            ledger: String::new(),
             prefix: String::new(),
             page_size: 1,
             page_token: version_1_token(&key, "accounts:", "acct:0"),

@@ -15,6 +15,7 @@ async fn a_posting_reads_back_by_id_and_by_key() {
     let by_id = t
         .client
         .get_posting(pb::GetPostingRequest {
+            ledger: String::new(),
             by: Some(pb::get_posting_request::By::PostingId(p.posting_id.clone())),
             as_of: None,
         })
@@ -24,6 +25,7 @@ async fn a_posting_reads_back_by_id_and_by_key() {
     let by_key = t
         .client
         .get_posting(pb::GetPostingRequest {
+            ledger: String::new(),
             by: Some(pb::get_posting_request::By::IdempotencyKey("key-1".into())),
             as_of: None,
         })
@@ -37,6 +39,7 @@ async fn a_posting_reads_back_by_id_and_by_key() {
     let err = t
         .client
         .get_posting(pb::GetPostingRequest {
+            ledger: String::new(),
             by: Some(pb::get_posting_request::By::IdempotencyKey("nope".into())),
             as_of: None,
         })
@@ -61,6 +64,7 @@ async fn list_postings_filters_by_account_and_pages_in_sequence_order() {
         let page = t
             .client
             .list_postings(pb::ListPostingsRequest {
+                ledger: String::new(),
                 account: "acct:0".into(),
                 page_size: 2,
                 page_token: token,
@@ -88,6 +92,7 @@ async fn a_recorded_cut_off_in_the_future_is_refused() {
     let err = t
         .client
         .get_balance(pb::GetBalanceRequest {
+            ledger: String::new(),
             account: "acct:0".into(),
             as_of: Some(pb::AsOf {
                 recorded_at: Some(future),
@@ -122,6 +127,7 @@ async fn statement_pages_cover_each_entry_once_with_a_running_balance() {
         let page = t
             .client
             .list_entries(pb::ListEntriesRequest {
+                ledger: String::new(),
                 account: "acct:0".into(),
                 as_of: None,
                 page_size: 3,
@@ -153,6 +159,7 @@ async fn statement_pages_cover_each_entry_once_with_a_running_balance() {
     let err = t
         .client
         .list_entries(pb::ListEntriesRequest {
+            ledger: String::new(),
             account: "acct:0".into(),
             as_of: None,
             page_size: 3,
@@ -180,6 +187,7 @@ async fn trial_balance_totals_are_equal_per_currency() {
     let page = t
         .client
         .list_balances(pb::ListBalancesRequest {
+            ledger: String::new(),
             prefix: String::new(),
             as_of: None,
             page_size: 2,

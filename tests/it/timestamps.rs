@@ -131,6 +131,7 @@ async fn send(t: &TestLedger, field: &str, ts: Timestamp) -> Answer {
     };
     if method == "PostBatch" {
         let batch = pb::PostBatchRequest {
+            ledger: String::new(),
             requests: vec![post],
         };
         let mut results = c.post_batch(batch).await?.into_inner().results;
@@ -156,6 +157,7 @@ async fn close(c: &mut LedgerClient, method: &str, ts: Timestamp) -> Answer {
     let key = uuid::Uuid::now_v7().to_string();
     let posting = if method == "Void" {
         let req = pb::VoidRequest {
+            ledger: String::new(),
             idempotency_key: key,
             posting_id: target.posting_id,
             reason: String::new(),
@@ -199,13 +201,22 @@ async fn read_at(t: &TestLedger, method: &str, as_of: pb::AsOf) -> Answer {
     match method {
         "GetPosting" => {
             let by = Some(pb::get_posting_request::By::IdempotencyKey("fund".into()));
-            c.get_posting(pb::GetPostingRequest { by, as_of }).await?;
+            c.get_posting(pb::GetPostingRequest {
+                ledger: String::new(),
+                by,
+                as_of,
+            })
+            .await?;
             Ok(None)
         }
         "GetBalance" => {
             let account = "acct:0".into();
             let b = c
-                .get_balance(pb::GetBalanceRequest { account, as_of })
+                .get_balance(pb::GetBalanceRequest {
+                    ledger: String::new(),
+                    account,
+                    as_of,
+                })
                 .await?;
             let applied = b.into_inner().as_of.unwrap();
             Ok(echo.and(applied.effective_at))

@@ -176,6 +176,7 @@ fn one_call_of_each_rpc(posting_id: &str) -> Vec<(&'static str, Bytes)> {
 fn one_write_call(method: &str, posting_id: &str) -> Option<Vec<u8>> {
     Some(match method {
         "CreateAccount" => pb::CreateAccountRequest {
+            ledger: String::new(),
             code: "acct:new".into(),
             currency: "EUR".into(),
             scale: 2,
@@ -186,11 +187,13 @@ fn one_write_call(method: &str, posting_id: &str) -> Option<Vec<u8>> {
         .encode_to_vec(),
         "Post" => transfer("late", "equity:world", "acct:0", "1.00").encode_to_vec(),
         "PostBatch" => pb::PostBatchRequest {
+            ledger: String::new(),
             // The same request as Post's: whichever is decided first, one posting.
             requests: vec![transfer("late", "equity:world", "acct:0", "1.00")],
         }
         .encode_to_vec(),
         "Void" => pb::VoidRequest {
+            ledger: String::new(),
             idempotency_key: "late-void".into(),
             posting_id: posting_id.into(),
             reason: "r".into(),
@@ -211,32 +214,38 @@ fn one_read_call(method: &str, posting_id: &str) -> Vec<u8> {
     let (account, prefix, token) = ("acct:0".to_string(), String::new(), String::new());
     match method {
         "GetAccount" => pb::GetAccountRequest {
+            ledger: String::new(),
             code: "acct:not-cached".into(),
         }
         .encode_to_vec(),
         "ListAccounts" => pb::ListAccountsRequest {
+            ledger: String::new(),
             prefix,
             page_size: 10,
             page_token: token,
         }
         .encode_to_vec(),
         "GetPosting" => pb::GetPostingRequest {
+            ledger: String::new(),
             by: Some(pb::get_posting_request::By::PostingId(posting_id.into())),
             as_of: None,
         }
         .encode_to_vec(),
         "ListPostings" => pb::ListPostingsRequest {
+            ledger: String::new(),
             account,
             page_size: 10,
             page_token: token,
         }
         .encode_to_vec(),
         "GetBalance" => pb::GetBalanceRequest {
+            ledger: String::new(),
             account,
             as_of: None,
         }
         .encode_to_vec(),
         "ListBalances" => pb::ListBalancesRequest {
+            ledger: String::new(),
             prefix,
             as_of: None,
             page_size: 10,
@@ -244,6 +253,7 @@ fn one_read_call(method: &str, posting_id: &str) -> Vec<u8> {
         }
         .encode_to_vec(),
         "ListEntries" => pb::ListEntriesRequest {
+            ledger: String::new(),
             account,
             as_of: None,
             page_size: 10,
@@ -369,6 +379,7 @@ async fn without_a_client_deadline_a_call_ends_at_the_servers_request_timeout() 
     let lock = lock_the_journal(&t).await;
     let began = std::time::Instant::now();
     let req = pb::GetBalanceRequest {
+        ledger: String::new(),
         account: "acct:0".into(),
         as_of: None,
     };
@@ -401,6 +412,7 @@ async fn a_malformed_grpc_timeout_is_refused_naming_the_header() {
     let t = TestLedger::start().await;
     let addr = t.server.as_ref().unwrap().local_addr;
     let req = pb::GetAccountRequest {
+        ledger: String::new(),
         code: "acct:0".into(),
     }
     .encode_to_vec();
@@ -450,6 +462,7 @@ async fn create_big_accounts(addr: SocketAddr, n: usize) {
         set.spawn(async move {
             for i in (worker..n).step_by(8) {
                 c.create_account(pb::CreateAccountRequest {
+                    ledger: String::new(),
                     code: format!("big:{i:04}"),
                     currency: "EUR".into(),
                     scale: 2,
@@ -485,6 +498,7 @@ async fn peak_rss_mib_while<F: std::future::Future>(pid: i32, until: F) -> (u64,
 /// (19 MB) fails to encode and would be freed at once.
 fn big_page() -> pb::ListAccountsRequest {
     pb::ListAccountsRequest {
+        ledger: String::new(),
         prefix: "big:".into(),
         page_size: 800,
         page_token: String::new(),
@@ -553,7 +567,11 @@ async fn one_connection_that_never_reads_its_responses_cannot_take_the_servers_m
     let before = status_kib(pid, "VmRSS") / 1024;
     let attacker = raw_h2(server.addr, 0).await;
     // One small call first: the server's SETTINGS are in by its answer.
-    let probe = pb::GetAccountRequest { code: "x".into() }.encode_to_vec();
+    let probe = pb::GetAccountRequest {
+        ledger: String::new(),
+        code: "x".into(),
+    }
+    .encode_to_vec();
     let wait = Duration::from_secs(5);
     let probe = start_call(&attacker.send, "GetAccount", probe.into(), &[], wait).await;
     assert_eq!(status_of(probe.unwrap()).await.code(), Code::NotFound);
@@ -584,6 +602,7 @@ async fn one_connection_that_never_reads_its_responses_cannot_take_the_servers_m
         .max_decoding_message_size(ledger_server::transport::MAX_RESPONSE_BYTES);
     let a = other
         .get_account(pb::GetAccountRequest {
+            ledger: String::new(),
             code: "big:0001".into(),
         })
         .await;
@@ -676,6 +695,7 @@ async fn concurrent_reads(
         let mut c = client.clone();
         async move {
             c.get_balance(pb::GetBalanceRequest {
+                ledger: String::new(),
                 account: "acct:0".into(),
                 as_of: None,
             })
@@ -695,6 +715,7 @@ async fn new_client_answer(addr: SocketAddr, wait: Duration) -> Result<Duration,
     let answer = async {
         let mut c = connect(addr).await;
         c.get_account(pb::GetAccountRequest {
+            ledger: String::new(),
             code: "acct:0".into(),
         })
         .await

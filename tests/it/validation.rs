@@ -78,6 +78,7 @@ fn account(
     metadata: HashMap<String, String>,
 ) -> pb::CreateAccountRequest {
     pb::CreateAccountRequest {
+        ledger: String::new(),
         code: code.into(),
         currency: currency.into(),
         scale: 2,
@@ -95,6 +96,7 @@ fn post(f: impl FnOnce(&mut pb::PostRequest)) -> pb::PostRequest {
 
 fn void(f: impl FnOnce(&mut pb::VoidRequest)) -> pb::VoidRequest {
     let mut r = pb::VoidRequest {
+        ledger: String::new(),
         idempotency_key: "v".into(),
         posting_id: uuid::Uuid::nil().to_string(),
         reason: "r".into(),
@@ -129,6 +131,7 @@ async fn capture(
 
 fn get_posting(by: pb::get_posting_request::By) -> pb::GetPostingRequest {
     pb::GetPostingRequest {
+        ledger: String::new(),
         by: Some(by),
         as_of: None,
     }
@@ -161,6 +164,7 @@ async fn call_in_batch(
         other => panic!("no row for PostBatch.requests.{other}: add one to this table"),
     };
     let batch = pb::PostBatchRequest {
+        ledger: String::new(),
         requests: vec![req],
     };
     let result = match t.client.clone().post_batch(batch).await {
@@ -202,8 +206,11 @@ async fn call(t: &TestLedger, field: &str) -> (Result<(), tonic::Status>, Code, 
             "INVALID_FIELD",
         ),
         "GetAccount.code" => (
-            ok(c.get_account(pb::GetAccountRequest { code: NUL.into() })
-                .await),
+            ok(c.get_account(pb::GetAccountRequest {
+                ledger: String::new(),
+                code: NUL.into(),
+            })
+            .await),
             Code::InvalidArgument,
             "INVALID_ACCOUNT_CODE",
         ),
@@ -336,6 +343,7 @@ async fn call(t: &TestLedger, field: &str) -> (Result<(), tonic::Status>, Code, 
         ),
         "GetBalance.account" => (
             ok(c.get_balance(pb::GetBalanceRequest {
+                ledger: String::new(),
                 account: NUL.into(),
                 as_of: None,
             })

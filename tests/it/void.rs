@@ -6,6 +6,7 @@ use tonic::Code;
 
 fn void(key: &str, posting_id: &str) -> pb::VoidRequest {
     pb::VoidRequest {
+        ledger: String::new(),
         idempotency_key: key.into(),
         posting_id: posting_id.into(),
         reason: "customer refund".into(),
@@ -44,6 +45,7 @@ async fn void_records_a_compensating_posting_and_leaves_the_original_as_it_was()
     let reread = t
         .client
         .get_posting(pb::GetPostingRequest {
+            ledger: String::new(),
             by: Some(pb::get_posting_request::By::PostingId(
                 original.posting_id.clone(),
             )),

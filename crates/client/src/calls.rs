@@ -90,7 +90,10 @@ impl Calls {
         self.counters
             .batched_postings
             .fetch_add(n as u64, Ordering::Relaxed);
-        let req = pb::PostBatchRequest { requests };
+        let req = pb::PostBatchRequest {
+            ledger: String::new(),
+            requests,
+        };
         let r = self
             .call(req, |mut c, r| async move { c.post_batch(r).await })
             .await?;

@@ -129,6 +129,7 @@ impl Client {
     /// Creates an account, or finds the identical one (`true` when it was created now).
     pub async fn create_account(&self, a: NewAccount) -> Result<(Account, bool), Error> {
         let req = pb::CreateAccountRequest {
+            ledger: String::new(),
             code: a.code,
             currency: a.currency,
             scale: a.scale,
@@ -153,7 +154,10 @@ impl Client {
         if let Some(a) = self.accounts.lock().expect("accounts lock").get(code) {
             return Ok(a.clone());
         }
-        let req = pb::GetAccountRequest { code: code.into() };
+        let req = pb::GetAccountRequest {
+            ledger: String::new(),
+            code: code.into(),
+        };
         let a = self
             .calls
             .call(req, |mut c, r| async move { c.get_account(r).await })
@@ -196,6 +200,7 @@ impl Client {
             ));
         }
         Ok(pb::PostRequest {
+            ledger: String::new(),
             idempotency_key: p.idempotency_key.clone(),
             legs: self.wire_legs(&p.legs).await?,
             effective_at: p.effective_at.map(time_to_pb),
@@ -269,6 +274,7 @@ impl Client {
     /// Records the compensating posting of an earlier one (retried with the same key).
     pub async fn void(&self, v: NewVoid) -> Result<Posted, Error> {
         let req = pb::VoidRequest {
+            ledger: String::new(),
             idempotency_key: v.idempotency_key,
             posting_id: v.posting_id,
             reason: v.reason,
@@ -290,6 +296,7 @@ impl Client {
             ));
         }
         let req = pb::CaptureRequest {
+            ledger: String::new(),
             legs: self.wire_legs(&c.legs).await?,
             idempotency_key: c.idempotency_key,
             hold_posting_id: c.hold_posting_id,
@@ -317,6 +324,7 @@ impl Client {
             PostingBy::Key(key) => pb::get_posting_request::By::IdempotencyKey(key),
         });
         let req = pb::GetPostingRequest {
+            ledger: String::new(),
             by,
             as_of: as_of.to_pb(),
         };
@@ -330,6 +338,7 @@ impl Client {
     /// An account's balance at a cut-off.
     pub async fn balance(&self, account: &str, as_of: AsOf) -> Result<Balance, Error> {
         let req = pb::GetBalanceRequest {
+            ledger: String::new(),
             account: account.into(),
             as_of: as_of.to_pb(),
         };
@@ -347,6 +356,7 @@ impl Client {
         let mut page_token = String::new();
         loop {
             let req = pb::ListBalancesRequest {
+                ledger: String::new(),
                 prefix: prefix.into(),
                 as_of: as_of.to_pb(),
                 page_size: PAGE_SIZE,
@@ -378,6 +388,7 @@ impl Client {
         let mut page_token = String::new();
         loop {
             let req = pb::ListEntriesRequest {
+                ledger: String::new(),
                 account: account.into(),
                 as_of: as_of.to_pb(),
                 page_size: PAGE_SIZE,

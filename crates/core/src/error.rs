@@ -40,18 +40,21 @@ impl Reason {
             | Reason::InvalidPageToken
             | Reason::InvalidField
             | Reason::CaptureLegsMismatch => Class::InvalidArgument,
-            Reason::AccountNotFound | Reason::PostingNotFound => Class::NotFound,
+            Reason::AccountNotFound | Reason::PostingNotFound | Reason::LedgerNotFound => {
+                Class::NotFound
+            }
             Reason::IdempotencyKeyReused
             | Reason::InsufficientFunds
             | Reason::AlreadyVoided
             | Reason::VoidOfVoid
             | Reason::AccountConflict
+            | Reason::LedgerConflict
             | Reason::HoldNotPending
             | Reason::CaptureExceedsHold
             | Reason::NotAHold => Class::FailedPrecondition,
             Reason::StorageUnavailable => Class::Unavailable,
             Reason::Unauthenticated => Class::Unauthenticated,
-            Reason::PermissionDenied => Class::PermissionDenied,
+            Reason::PermissionDenied | Reason::LedgerNotGranted => Class::PermissionDenied,
             Reason::DeadlineExceeded => Class::DeadlineExceeded,
             Reason::JournalCorrupt => Class::DataLoss,
         }
@@ -151,6 +154,9 @@ impl LedgerError {
             | Reason::PostingNotFound
             | Reason::IdempotencyKeyReused
             | Reason::AccountConflict
+            | Reason::LedgerNotFound
+            | Reason::LedgerNotGranted
+            | Reason::LedgerConflict
             | Reason::StorageUnavailable
             | Reason::Unauthenticated
             | Reason::PermissionDenied

@@ -108,6 +108,7 @@ pub async fn account(cmd: AccountCommand) -> Result<(), ToolError> {
                 Side::Credit => pb::NormalBalance::Credit,
             } as i32;
             let req = pb::CreateAccountRequest {
+                ledger: String::new(),
                 code,
                 currency,
                 scale,
@@ -137,7 +138,10 @@ pub async fn account(cmd: AccountCommand) -> Result<(), ToolError> {
                 .client
                 .connect()
                 .await?
-                .get_account(pb::GetAccountRequest { code })
+                .get_account(pb::GetAccountRequest {
+                    ledger: String::new(),
+                    code,
+                })
                 .await?
                 .into_inner();
             print(common.format, &output::account_json(&a))
@@ -151,6 +155,7 @@ async fn list_accounts(prefix: &str, common: &Common) -> Result<(), ToolError> {
     let (mut all, mut token) = (Vec::new(), String::new());
     loop {
         let req = pb::ListAccountsRequest {
+            ledger: String::new(),
             prefix: prefix.to_owned(),
             page_size: ledger_core::limits::MAX_PAGE_SIZE,
             page_token: token,
@@ -195,7 +200,11 @@ pub async fn void(a: VoidArgs) -> Result<(), Failure> {
         (None, Some(k)) => {
             let by = Some(pb::get_posting_request::By::IdempotencyKey(k));
             let p = client
-                .get_posting(pb::GetPostingRequest { by, as_of: None })
+                .get_posting(pb::GetPostingRequest {
+                    ledger: String::new(),
+                    by,
+                    as_of: None,
+                })
                 .await?;
             p.into_inner().posting_id
         }
@@ -205,6 +214,7 @@ pub async fn void(a: VoidArgs) -> Result<(), Failure> {
         }
     };
     let req = pb::VoidRequest {
+        ledger: String::new(),
         idempotency_key: key,
         posting_id,
         reason: a.reason,
@@ -230,7 +240,11 @@ async fn posting_id(
         (None, Some(k)) => {
             let by = Some(pb::get_posting_request::By::IdempotencyKey(k));
             let p = client
-                .get_posting(pb::GetPostingRequest { by, as_of: None })
+                .get_posting(pb::GetPostingRequest {
+                    ledger: String::new(),
+                    by,
+                    as_of: None,
+                })
                 .await?;
             Ok(p.into_inner().posting_id)
         }
@@ -245,6 +259,7 @@ pub async fn capture(a: CaptureArgs) -> Result<(), Failure> {
     let usage = "ledger capture takes --hold POSTING_ID or --hold-key KEY";
     let hold_posting_id = posting_id(&mut client, a.hold_posting_id, a.hold_key, usage).await?;
     let req = pb::CaptureRequest {
+        ledger: String::new(),
         idempotency_key: key,
         hold_posting_id,
         legs,
@@ -282,6 +297,7 @@ pub async fn posting(cmd: PostingCommand) -> Result<(), ToolError> {
         .connect()
         .await?
         .get_posting(pb::GetPostingRequest {
+            ledger: String::new(),
             by: Some(by),
             as_of: cut_off(as_of, effective),
         })
@@ -298,6 +314,7 @@ pub async fn balance(a: BalanceArgs) -> Result<(), ToolError> {
         .connect()
         .await?
         .get_balance(pb::GetBalanceRequest {
+            ledger: String::new(),
             account: a.account,
             as_of,
         })

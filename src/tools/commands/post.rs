@@ -122,7 +122,10 @@ pub async fn post(a: PostArgs) -> Result<(), Failure> {
         }
         PostPlan::Batch(requests) => {
             let n = requests.len();
-            let batch = pb::PostBatchRequest { requests };
+            let batch = pb::PostBatchRequest {
+                ledger: String::new(),
+                requests,
+            };
             let r = client.post_batch(batch).await?.into_inner();
             post_batch_answer(a.common.format, n, &r.results)
         }

@@ -132,6 +132,7 @@ impl TestLedger {
     ) {
         self.client
             .create_account(pb::CreateAccountRequest {
+                ledger: String::new(),
                 code: code.into(),
                 currency: currency.into(),
                 scale,
@@ -166,6 +167,7 @@ impl TestLedger {
     pub async fn balance(&mut self, account: &str, as_of: Option<pb::AsOf>) -> pb::Balance {
         self.client
             .get_balance(pb::GetBalanceRequest {
+                ledger: String::new(),
                 account: account.into(),
                 as_of,
             })
@@ -245,6 +247,7 @@ pub async fn world_and_one_account(c: &mut LedgerClient<Channel>) {
         ("acct:0", pb::NormalBalance::Debit, false),
     ] {
         c.create_account(pb::CreateAccountRequest {
+            ledger: String::new(),
             code: code.into(),
             currency: "EUR".into(),
             scale: 2,

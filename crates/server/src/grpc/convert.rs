@@ -92,6 +92,7 @@ pub fn direction_to_pb(d: Direction) -> i32 {
 /// An account message.
 pub fn account_to_pb(a: &Account) -> pb::Account {
     pb::Account {
+        ledger: String::new(),
         code: a.code.clone(),
         currency: a.currency.clone(),
         scale: u32::from(a.scale),
@@ -150,6 +151,7 @@ pub fn void_from_pb(r: pb::VoidRequest) -> Result<VoidRequest, LedgerError> {
 /// A posting message.
 pub fn posting_to_pb(p: &Posting) -> pb::Posting {
     pb::Posting {
+        ledger: String::new(),
         posting_id: p.posting_id.to_string(),
         sequence: p.sequence,
         idempotency_key: p.idempotency_key.clone(),

@@ -36,6 +36,24 @@ fn reply<T>(r: Result<T, LedgerError>) -> Reply<T> {
 
 #[tonic::async_trait]
 impl ledger_server::Ledger for LedgerGrpc {
+    async fn create_ledger(
+        &self,
+        _req: Request<pb::CreateLedgerRequest>,
+    ) -> Reply<pb::CreateLedgerResponse> {
+        Err(Status::unimplemented("LEDGERS-WIP"))
+    }
+
+    async fn get_ledger(&self, _req: Request<pb::GetLedgerRequest>) -> Reply<pb::LedgerInfo> {
+        Err(Status::unimplemented("LEDGERS-WIP"))
+    }
+
+    async fn list_ledgers(
+        &self,
+        _req: Request<pb::ListLedgersRequest>,
+    ) -> Reply<pb::ListLedgersResponse> {
+        Err(Status::unimplemented("LEDGERS-WIP"))
+    }
+
     async fn create_account(
         &self,
         req: Request<pb::CreateAccountRequest>,

@@ -165,6 +165,7 @@ pub fn event_payload(p: &Posting) -> Vec<u8> {
     }
     let posting = posting_to_pb(&committed);
     prost::Message::encode_to_vec(&pb::PostingEvent {
+        ledger: String::new(),
         posting: Some(posting),
     })
 }

@@ -53,6 +53,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0012_expiring_holds",
         include_str!("../../../../migrations/0012_expiring_holds.sql"),
     ),
+    (
+        "0013_ledgers",
+        include_str!("../../../../migrations/0013_ledgers.sql"),
+    ),
 ];
 
 /// Applies every migration not yet applied. Safe to run from several processes at once.

@@ -44,7 +44,7 @@ pub async fn try_lock_publisher(client: &impl GenericClient) -> Result<bool, Sto
 pub async fn published_sequence(client: &impl GenericClient) -> Result<i64, StorageError> {
     let row = client
         .query_one(
-            "SELECT published_sequence FROM outbox_progress WHERE ledger_id = 1",
+            "SELECT published_sequence FROM outbox_progress WHERE ledger_id = 0",
             &[],
         )
         .await?;
@@ -84,7 +84,7 @@ pub async fn record_progress(
     let n = client
         .execute(
             "UPDATE outbox_progress SET published_sequence = $1, updated_at = clock_timestamp()
-             WHERE ledger_id = 1 AND published_sequence <= $1",
+             WHERE ledger_id = 0 AND published_sequence <= $1",
             &[&sequence],
         )
         .await?;
@@ -100,7 +100,7 @@ pub async fn backlog(client: &impl GenericClient) -> Result<Backlog, StorageErro
                     extract(epoch FROM clock_timestamp() - min(o.created_at))::float8
              FROM outbox_progress p
              LEFT JOIN outbox o ON o.sequence > p.published_sequence
-             WHERE p.ledger_id = 1
+             WHERE p.ledger_id = 0
              GROUP BY p.published_sequence",
             &[],
         )
@@ -126,7 +126,7 @@ pub async fn prune_delivered(
         .execute(
             "DELETE FROM outbox WHERE sequence IN (
                SELECT o.sequence FROM outbox o, outbox_progress p
-               WHERE p.ledger_id = 1 AND o.sequence <= p.published_sequence
+               WHERE p.ledger_id = 0 AND o.sequence <= p.published_sequence
                  AND o.created_at < clock_timestamp() - $1::bigint * interval '1 microsecond'
                ORDER BY o.sequence LIMIT $2)",
             &[&retention_us, &limit],

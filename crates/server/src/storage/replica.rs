@@ -103,7 +103,7 @@ pub async fn replayed(client: &impl GenericClient) -> Result<Replayed, StorageEr
                          WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0.0
                          ELSE extract(epoch FROM now() - pg_last_xact_replay_timestamp())::float8
                     END AS lag_seconds
-             FROM ledger_state s WHERE s.ledger_id = 1",
+             FROM ledger_state s WHERE s.ledger_id = 0",
             &[],
         )
         .await?;
@@ -118,7 +118,7 @@ pub async fn replayed(client: &impl GenericClient) -> Result<Replayed, StorageEr
 /// most this has, in every later snapshot of this database, every leg it counts.
 pub async fn replayed_sequence(client: &impl GenericClient) -> Result<i64, StorageError> {
     let stmt = client
-        .prepare_cached("SELECT last_sequence FROM ledger_state WHERE ledger_id = 1")
+        .prepare_cached("SELECT last_sequence FROM ledger_state WHERE ledger_id = 0")
         .await?;
     Ok(client.query_one(&stmt, &[]).await?.get(0))
 }

@@ -47,7 +47,7 @@ const DECIDED_SQL: &str =
      ORDER BY u.n";
 
 /// The ledger's last committed batch and the clock, read under the lock.
-const STATE_SQL: &str = "SELECT last_sequence, last_recorded_at, clock_timestamp() AS now FROM ledger_state WHERE ledger_id = 1 FOR UPDATE";
+const STATE_SQL: &str = "SELECT last_sequence, last_recorded_at, clock_timestamp() AS now FROM ledger_state WHERE ledger_id = 0 FOR UPDATE";
 
 /// The totals of the accounts named by the batch's posts (ids distinct).
 const TOTALS_SQL: &str =
@@ -65,7 +65,7 @@ const ACCOUNTS_SQL: &str = "SELECT a.account_id, a.code, a.currency, a.scale, a.
 /// `expiring_holds`' primary key per account, whatever the statistics say.
 const EXPIRING_SQL: &str = "WITH h AS (
         SELECT greatest(clock_timestamp(), last_recorded_at) + ($2::bigint + 1) * interval '1 microsecond' AS horizon
-        FROM ledger_state WHERE ledger_id = 1)
+        FROM ledger_state WHERE ledger_id = 0)
      SELECT e.hold_posting_id, e.expires_at, e.account_id, e.direction, e.amount::text AS amount
      FROM h CROSS JOIN unnest($1::bigint[]) AS x(id)
      CROSS JOIN LATERAL (SELECT * FROM expiring_holds

@@ -46,7 +46,7 @@ const TOTALS_UPDATE_SQL: &str = "UPDATE account_totals t SET debits = u.d::numer
      WHERE t.account_id = u.id";
 
 const STATE_UPDATE_SQL: &str =
-    "UPDATE ledger_state SET last_sequence = $1, last_recorded_at = $2 WHERE ledger_id = 1";
+    "UPDATE ledger_state SET last_sequence = $1, last_recorded_at = $2 WHERE ledger_id = 0";
 
 /// The plan as column arrays, one per column of each multi-row insert.
 #[derive(Default)]

@@ -26,7 +26,7 @@ const STATE_AND_SEQUENCE: &str = "
            CASE WHEN $1::timestamptz IS NULL THEN NULL
                 ELSE coalesce((SELECT sequence FROM postings WHERE recorded_at <= $1
                                ORDER BY recorded_at DESC LIMIT 1), 0) END AS sequence_by
-    FROM ledger_state WHERE ledger_id = 1";
+    FROM ledger_state WHERE ledger_id = 0";
 
 async fn state_and_sequence(
     client: &impl GenericClient,

@@ -34,7 +34,7 @@ const POSTING_COLUMNS: &str = "p.sequence, p.posting_id, p.caller, p.idempotency
 /// may not be recorded yet (see `TOTALS_AT`, which stops counting it in the same case).
 const HEADS_SQL: &str = "SELECT {COLUMNS},
        CASE WHEN p.hold AND p.hold_expires_at <= least(coalesce($4::timestamptz,
-                 (SELECT greatest(clock_timestamp(), last_recorded_at) FROM ledger_state WHERE ledger_id = 1)), $3)
+                 (SELECT greatest(clock_timestamp(), last_recorded_at) FROM ledger_state WHERE ledger_id = 0)), $3)
             THEN NOT EXISTS (SELECT 1 FROM postings x WHERE x.closes_hold_posting_id = p.posting_id AND x.sequence <= $2)
             ELSE false END AS lapsed
      FROM postings p
