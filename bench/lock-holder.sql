@@ -1,9 +1,10 @@
--- What the holder of the ledger's write lock is doing: run with psql against the ledger's
+-- What the holders of the ledgers' write locks are doing: run with psql against the ledger's
 -- database while a load runs (for example `ledger bench --hot-account`), e.g.
 --   psql -h <socket dir> -p <port> -U postgres -d ledger -X -q -f bench/lock-holder.sql
 -- It samples pg_locks and pg_stat_activity 4,000 times about 2 ms apart (about 10 s) and
--- prints, for the session holding LEDGER_WRITE_LOCK (0x4c45_4447_0001: classid 19525,
--- objid 1145503745), how often it was in each state, wait event and statement. Under
+-- prints, for the sessions holding a ledger's write lock (LEDGER_LOCK_CLASS 0x4c45_4447 as
+-- classid 1279607879, the ledger id as objid, objsubid 2 for a two-key lock), how often they
+-- were in each state, wait event and statement. Under
 -- extended-protocol pipelining a statement's row also counts the planning of the next one.
 -- "idle in transaction" is time the lock is held while the database waits for the writer.
 CREATE TEMP TABLE lock_holder_samples (state text, wait_event text, query text);
@@ -15,7 +16,7 @@ BEGIN
       SELECT a.state, a.wait_event, left(regexp_replace(a.query, '\s+', ' ', 'g'), 50)
       FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
       WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock'
-        AND l.classid = 19525 AND l.objid = 1145503745 AND l.objsubid = 1;
+        AND l.classid = 1279607879 AND l.objsubid = 2;
     PERFORM pg_sleep(0.002);
   END LOOP;
 END $$;

@@ -97,3 +97,39 @@ END $$;
 GRANT SELECT, INSERT ON ledgers TO ledger_app;
 GRANT INSERT ON ledger_state, outbox_progress TO ledger_app;
 GRANT USAGE, SELECT ON SEQUENCE ledgers_ledger_id_seq TO ledger_app;
+
+-- `ledger check --ledger L`: the checks run with this schema first on the search path and
+-- ledger.check_scope set to L, so every table they read shows only ledger L's rows (without
+-- the setting the views show every row).
+CREATE SCHEMA ledger_scope;
+CREATE FUNCTION ledger_scope.scope() RETURNS integer LANGUAGE sql STABLE AS
+  $$ SELECT nullif(current_setting('ledger.check_scope', true), '')::integer $$;
+CREATE VIEW ledger_scope.ledgers AS
+  SELECT * FROM public.ledgers WHERE ledger_scope.scope() IS NULL OR ledger_id = ledger_scope.scope();
+CREATE VIEW ledger_scope.ledger_state AS
+  SELECT * FROM public.ledger_state WHERE ledger_scope.scope() IS NULL OR ledger_id = ledger_scope.scope();
+CREATE VIEW ledger_scope.outbox_progress AS
+  SELECT * FROM public.outbox_progress WHERE ledger_scope.scope() IS NULL OR ledger_id = ledger_scope.scope();
+CREATE VIEW ledger_scope.accounts AS
+  SELECT * FROM public.accounts WHERE ledger_scope.scope() IS NULL OR ledger_id = ledger_scope.scope();
+CREATE VIEW ledger_scope.account_totals AS
+  SELECT t.* FROM public.account_totals t JOIN public.accounts a USING (account_id)
+  WHERE ledger_scope.scope() IS NULL OR a.ledger_id = ledger_scope.scope();
+CREATE VIEW ledger_scope.expiring_holds AS
+  SELECT x.* FROM public.expiring_holds x JOIN public.accounts a USING (account_id)
+  WHERE ledger_scope.scope() IS NULL OR a.ledger_id = ledger_scope.scope();
+CREATE VIEW ledger_scope.idempotency_keys AS
+  SELECT * FROM public.idempotency_keys WHERE ledger_scope.scope() IS NULL OR ledger_id = ledger_scope.scope();
+CREATE VIEW ledger_scope.rejections AS
+  SELECT * FROM public.rejections WHERE ledger_scope.scope() IS NULL OR ledger_id = ledger_scope.scope();
+CREATE VIEW ledger_scope.postings AS
+  SELECT * FROM public.postings WHERE ledger_scope.scope() IS NULL OR ledger_id = ledger_scope.scope();
+CREATE VIEW ledger_scope.entries AS
+  SELECT * FROM public.entries WHERE ledger_scope.scope() IS NULL OR (sequence >> 40) = ledger_scope.scope();
+CREATE VIEW ledger_scope.hold_legs AS
+  SELECT * FROM public.hold_legs WHERE ledger_scope.scope() IS NULL OR (sequence >> 40) = ledger_scope.scope();
+CREATE VIEW ledger_scope.outbox AS
+  SELECT * FROM public.outbox WHERE ledger_scope.scope() IS NULL OR (sequence >> 40) = ledger_scope.scope();
+GRANT USAGE ON SCHEMA ledger_scope TO ledger_app;
+GRANT SELECT ON ALL TABLES IN SCHEMA ledger_scope TO ledger_app;
+GRANT EXECUTE ON FUNCTION ledger_scope.scope() TO ledger_app;

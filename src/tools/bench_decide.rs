@@ -88,6 +88,7 @@ fn accounts(n: usize) -> HashMap<String, Account> {
     (0..n)
         .map(|i| {
             let a = Account {
+                ledger: ledger_core::ledger::DEFAULT_LEDGER_ID,
                 id: i as i64 + 1,
                 code: format!("bench:{i}"),
                 currency: "EUR".into(),

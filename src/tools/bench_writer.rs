@@ -123,7 +123,9 @@ async fn setup(
     for (code, normal, negative) in specs {
         let new =
             NewAccount::validate(&code, "EUR", 2, Some(normal), negative, Default::default())?;
-        let a = match storage::accounts::create(conn, &new).await? {
+        let a = match storage::accounts::create(conn, ledger_core::ledger::DEFAULT_LEDGER_ID, &new)
+            .await?
+        {
             Created::New(a) | Created::Existing(a) => a,
         };
         accounts.insert(code, a);
@@ -143,7 +145,8 @@ async fn setup(
         })
         .collect();
     for chunk in fund.chunks(ledger_server::writer::MAX_BATCH) {
-        ledger_server::writer::apply_alone(conn, chunk).await?;
+        ledger_server::writer::apply_alone(conn, ledger_core::ledger::DEFAULT_LEDGER_ID, chunk)
+            .await?;
     }
     Ok(accounts)
 }
@@ -258,7 +261,15 @@ async fn timed_batch(
                 return Ok(steps);
             };
             let ids: Vec<uuid::Uuid> = batch.iter().map(|_| uuid::Uuid::now_v7()).collect();
-            let snapshot = match batch::load(conn, &batch, cache, &named).await {
+            let snapshot = match batch::load(
+                conn,
+                ledger_core::ledger::DEFAULT_LEDGER_ID,
+                &batch,
+                cache,
+                &named,
+            )
+            .await
+            {
                 Ok(s) => s,
                 Err(e) => {
                     batch::rollback(conn).await;

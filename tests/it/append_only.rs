@@ -77,8 +77,8 @@ async fn the_database_refuses_a_second_close_of_one_hold() {
     let db = t.db().await;
     // A copy of the release under another key and sequence, as a bug or an intruder would.
     let copy = format!(
-        "INSERT INTO idempotency_keys (caller, idempotency_key, operation, fingerprint, decided_at)
-           SELECT caller, 'r2', operation, fingerprint, decided_at FROM idempotency_keys WHERE idempotency_key = 'r';
+        "INSERT INTO idempotency_keys (ledger_id, caller, idempotency_key, operation, fingerprint, decided_at)
+           SELECT 0, caller, 'r2', operation, fingerprint, decided_at FROM idempotency_keys WHERE idempotency_key = 'r';
          INSERT INTO postings (sequence, posting_id, caller, idempotency_key, effective_at, recorded_at, memo, metadata,
                                key_id, closes_hold_posting_id, close_kind)
            SELECT 99, gen_random_uuid(), caller, 'r2', effective_at, recorded_at + interval '1 second', memo, metadata,
@@ -114,8 +114,8 @@ async fn the_database_refuses_a_release_that_is_not_the_void_of_the_hold_it_clos
     // A release of the open hold that voids the funding posting instead, as a bug or an
     // intruder would write it.
     let forged = format!(
-        "INSERT INTO idempotency_keys (caller, idempotency_key, operation, fingerprint, decided_at)
-           SELECT caller, 'forged', 'void', fingerprint, decided_at FROM idempotency_keys WHERE idempotency_key = 'h';
+        "INSERT INTO idempotency_keys (ledger_id, caller, idempotency_key, operation, fingerprint, decided_at)
+           SELECT 0, caller, 'forged', 'void', fingerprint, decided_at FROM idempotency_keys WHERE idempotency_key = 'h';
          INSERT INTO postings (sequence, posting_id, caller, idempotency_key, effective_at, recorded_at, memo, metadata,
                                key_id, voids_posting_id, void_reason, closes_hold_posting_id, close_kind)
            SELECT 99, gen_random_uuid(), caller, 'forged', effective_at, recorded_at + interval '1 second', '', '{{}}',

@@ -662,7 +662,7 @@ async fn append_posting_recorded_ahead(t: &TestLedger, ahead: Duration) -> (i64,
     let (seq, rec): (i64, OffsetDateTime) = (row.get(0), row.get(1));
     db.batch_execute(&format!(
         "BEGIN;
-         INSERT INTO idempotency_keys VALUES ('test', 'ahead', 'post', decode(repeat('ab', 32), 'hex'), clock_timestamp());
+         INSERT INTO idempotency_keys (ledger_id, caller, idempotency_key, operation, fingerprint, decided_at) VALUES (0, 'test', 'ahead', 'post', decode(repeat('ab', 32), 'hex'), clock_timestamp());
          INSERT INTO postings (sequence, posting_id, caller, idempotency_key, effective_at, recorded_at, memo, metadata, key_id)
            SELECT {seq}, gen_random_uuid(), 'test', 'ahead', '{rec}', '{rec}', '', '{{}}', key_id
            FROM idempotency_keys WHERE caller = 'test' AND idempotency_key = 'ahead';

@@ -21,8 +21,8 @@ async fn insert_one_leg_posting(t: &TestLedger, key: &str) -> (i64, uuid::Uuid) 
     let row = db
         .query_one(
             "WITH k AS (
-               INSERT INTO idempotency_keys (caller, idempotency_key, operation, fingerprint, decided_at)
-               VALUES ('anonymous', $1, 'post', decode(repeat('00', 32), 'hex'), now()) RETURNING key_id),
+               INSERT INTO idempotency_keys (ledger_id, caller, idempotency_key, operation, fingerprint, decided_at)
+               VALUES (0, 'anonymous', $1, 'post', decode(repeat('00', 32), 'hex'), now()) RETURNING key_id),
              s AS (SELECT last_sequence + 1 AS seq, clock_timestamp() AS at FROM ledger_state)
              INSERT INTO postings (sequence, posting_id, caller, idempotency_key, effective_at,
                                    recorded_at, memo, metadata, key_id)
@@ -197,7 +197,7 @@ async fn mixed_batch(
 ) -> Vec<WriteRequest> {
     let db = pool.get().await.unwrap();
     let codes = vec!["equity:world".to_string(), "acct:0".to_string()];
-    let accounts = ledger_server::storage::accounts::get_many(&db, &codes)
+    let accounts = ledger_server::storage::accounts::get_many(&db, 0, &codes)
         .await
         .unwrap()
         .into_iter()
@@ -250,7 +250,7 @@ async fn a_batch_with_a_void_of_a_corrupt_posting_refuses_that_void_and_commits_
     let pool = ledger_server::storage::pool(&t.database_url, 2).unwrap();
     let batch = mixed_batch(&pool, id, 3).await;
     let client = pool.get().await.unwrap();
-    let outcomes = ledger_server::writer::apply_alone(&client, &batch)
+    let outcomes = ledger_server::writer::apply_alone(&client, 0, &batch)
         .await
         .expect("the batch commits");
     let refused = outcomes[0].as_ref().unwrap_err();

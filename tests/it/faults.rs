@@ -226,8 +226,8 @@ async fn a_connection_cut_during_a_batch_answers_unavailable_and_the_retry_posts
     let blocker = ledger_server::storage::connect(&direct).await.unwrap();
     blocker
         .execute(
-            "SELECT pg_advisory_lock($1)",
-            &[&ledger_server::storage::LEDGER_WRITE_LOCK],
+            "SELECT pg_advisory_lock($1, 0)",
+            &[&ledger_server::storage::LEDGER_LOCK_CLASS],
         )
         .await
         .unwrap();
@@ -259,8 +259,8 @@ async fn a_connection_cut_during_a_batch_answers_unavailable_and_the_retry_posts
     assert_error(&err, Code::Unavailable, "STORAGE_UNAVAILABLE");
     blocker
         .execute(
-            "SELECT pg_advisory_unlock($1)",
-            &[&ledger_server::storage::LEDGER_WRITE_LOCK],
+            "SELECT pg_advisory_unlock($1, 0)",
+            &[&ledger_server::storage::LEDGER_LOCK_CLASS],
         )
         .await
         .unwrap();

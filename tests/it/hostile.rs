@@ -504,6 +504,7 @@ fn random_bytes_through_decoding_and_validation_never_panic() {
         (
             code.to_owned(),
             ledger_core::Account {
+                ledger: ledger_core::ledger::DEFAULT_LEDGER_ID,
                 id: i as i64 + 1,
                 code: code.into(),
                 currency: if scale == 8 { "BTC" } else { "EUR" }.into(),

@@ -216,7 +216,7 @@ async fn keys_are_scoped_to_the_caller() {
     let db = t.db().await;
     let err = db
         .execute(
-            "INSERT INTO idempotency_keys (caller, idempotency_key, operation, fingerprint, decided_at) VALUES ('anonymous', 'k', 'post', '\\x0000000000000000000000000000000000000000000000000000000000000000', now())",
+            "INSERT INTO idempotency_keys (ledger_id, caller, idempotency_key, operation, fingerprint, decided_at) VALUES (0, 'anonymous', 'k', 'post', '\\x0000000000000000000000000000000000000000000000000000000000000000', now())",
             &[],
         )
         .await
@@ -226,7 +226,7 @@ async fn keys_are_scoped_to_the_caller() {
         Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION)
     );
     db.execute(
-        "INSERT INTO idempotency_keys (caller, idempotency_key, operation, fingerprint, decided_at) VALUES ('someone-else', 'k', 'post', '\\x0000000000000000000000000000000000000000000000000000000000000000', now())",
+        "INSERT INTO idempotency_keys (ledger_id, caller, idempotency_key, operation, fingerprint, decided_at) VALUES (0, 'someone-else', 'k', 'post', '\\x0000000000000000000000000000000000000000000000000000000000000000', now())",
         &[],
     )
     .await

@@ -44,7 +44,7 @@ async fn a_page_of_postings_looks_up_each_ones_void_on_its_index_not_every_void_
                 p
             })
             .collect();
-        let out = writer::apply_alone(&w, &posts).await.unwrap();
+        let out = writer::apply_alone(&w, 0, &posts).await.unwrap();
         let voids: Vec<WriteRequest> = out
             .iter()
             .enumerate()
@@ -54,7 +54,7 @@ async fn a_page_of_postings_looks_up_each_ones_void_on_its_index_not_every_void_
                 void_of(&p.posting_id, &format!("v{round}-{i}"))
             })
             .collect();
-        let out = writer::apply_alone(&w, &voids).await.unwrap();
+        let out = writer::apply_alone(&w, 0, &voids).await.unwrap();
         assert!(out.iter().all(|o| o.is_ok()), "{:?}", out.first());
     }
     t.db().await.batch_execute("ANALYZE").await.unwrap();
@@ -157,8 +157,8 @@ async fn voids_and_captures_reach_the_writer_without_a_read_of_their_own() {
     let locker = t.db().await;
     locker
         .execute(
-            "SELECT pg_advisory_lock($1)",
-            &[&ledger_server::storage::LEDGER_WRITE_LOCK],
+            "SELECT pg_advisory_lock($1, 0)",
+            &[&ledger_server::storage::LEDGER_LOCK_CLASS],
         )
         .await
         .unwrap();
@@ -172,8 +172,8 @@ async fn voids_and_captures_reach_the_writer_without_a_read_of_their_own() {
     let waiting = transactions(&t).await;
     locker
         .execute(
-            "SELECT pg_advisory_unlock($1)",
-            &[&ledger_server::storage::LEDGER_WRITE_LOCK],
+            "SELECT pg_advisory_unlock($1, 0)",
+            &[&ledger_server::storage::LEDGER_LOCK_CLASS],
         )
         .await
         .unwrap();

@@ -19,6 +19,7 @@ mod history;
 mod holds;
 mod hostile;
 mod idempotency;
+mod ledgers;
 mod lookups;
 pub mod ops;
 mod outbox;

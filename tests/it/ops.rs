@@ -539,8 +539,8 @@ async fn on_sigterm_a_request_in_flight_completes_new_ones_are_refused_and_the_p
     // Hold the ledger's write lock so the next Post waits inside its batch.
     let db = ledger_server::storage::connect(&url).await.unwrap();
     db.execute(
-        "SELECT pg_advisory_lock($1)",
-        &[&ledger_server::storage::LEDGER_WRITE_LOCK],
+        "SELECT pg_advisory_lock($1, 0)",
+        &[&ledger_server::storage::LEDGER_LOCK_CLASS],
     )
     .await
     .unwrap();
@@ -594,8 +594,8 @@ async fn on_sigterm_a_request_in_flight_completes_new_ones_are_refused_and_the_p
     assert!(!in_flight.is_finished());
 
     db.execute(
-        "SELECT pg_advisory_unlock($1)",
-        &[&ledger_server::storage::LEDGER_WRITE_LOCK],
+        "SELECT pg_advisory_unlock($1, 0)",
+        &[&ledger_server::storage::LEDGER_LOCK_CLASS],
     )
     .await
     .unwrap();

@@ -28,7 +28,7 @@ async fn a_batch_answers_its_accepted_rejected_and_duplicate_postings_each_on_th
         valid_transfer(&db, "fund", "equity:world", "acct:0", "10.00").await,
         valid_transfer(&db, "pay", "acct:0", "acct:1", "5.00").await,
     ];
-    let out = writer::apply_alone(&db, &batch)
+    let out = writer::apply_alone(&db, 0, &batch)
         .await
         .expect("batch commits");
     assert_eq!(out.len(), batch.len());
@@ -88,8 +88,8 @@ async fn two_batches_claiming_the_same_keys_in_opposite_orders_post_each_key_onc
         owner.batch_execute("BEGIN").await.unwrap();
         owner
             .execute(
-                "INSERT INTO idempotency_keys (caller, idempotency_key, operation, fingerprint, decided_at)
-                 VALUES ($1, $2, 'post', sha256('held'::bytea), now())",
+                "INSERT INTO idempotency_keys (ledger_id, caller, idempotency_key, operation, fingerprint, decided_at)
+                 VALUES (0, $1, $2, 'post', sha256('held'::bytea), now())",
                 &[&ledger_server::grpc::ANONYMOUS, &format!("r{round}-k10")],
             )
             .await
@@ -98,7 +98,7 @@ async fn two_batches_claiming_the_same_keys_in_opposite_orders_post_each_key_onc
             let pool = pool.clone();
             tokio::spawn(async move {
                 let db = pool.get().await.unwrap();
-                writer::apply_alone(&db, &reqs).await
+                writer::apply_alone(&db, 0, &reqs).await
             })
         };
         let (a, b) = (run(forward), run(backward));
@@ -203,7 +203,7 @@ async fn the_writer_does_not_scan_tables_that_grew_after_its_statements_were_pre
         if i >= 2 {
             batch.push(void_of(&warm[i - 2], &format!("warm-void-{i}")));
         }
-        let out = writer::apply_alone(&w, &batch).await.unwrap();
+        let out = writer::apply_alone(&w, 0, &batch).await.unwrap();
         assert!(out[1].as_ref().unwrap().replayed);
         assert!(out.iter().all(|o| o.is_ok()), "{out:?}");
         warm.push(out[0].as_ref().unwrap().posting.posting_id);
@@ -214,8 +214,8 @@ async fn the_writer_does_not_scan_tables_that_grew_after_its_statements_were_pre
     t.db()
         .await
         .batch_execute(
-            "INSERT INTO idempotency_keys (caller, idempotency_key, operation, fingerprint, decided_at)
-               SELECT 'other', 'key-' || g, 'post', sha256(g::text::bytea), now()
+            "INSERT INTO idempotency_keys (ledger_id, caller, idempotency_key, operation, fingerprint, decided_at)
+               SELECT 0, 'other', 'key-' || g, 'post', sha256(g::text::bytea), now()
                FROM generate_series(1, 50000) g;
              INSERT INTO postings (sequence, posting_id, caller, idempotency_key, effective_at, recorded_at, memo, metadata, key_id)
                SELECT 1000000000 + g, gen_random_uuid(), 'other', 'key-' || g, now(),
@@ -228,8 +228,8 @@ async fn the_writer_does_not_scan_tables_that_grew_after_its_statements_were_pre
                       1000000000 + sequence, 0, 0, recorded_at, effective_at
                FROM postings WHERE caller = 'other';
              WITH a AS (
-               INSERT INTO accounts (code, currency, scale, normal_balance, allow_negative, metadata)
-               SELECT 'grown:' || g, 'EUR', 2, 'debit', false, '{}' FROM generate_series(1, 100000) g
+               INSERT INTO accounts (ledger_id, code, currency, scale, normal_balance, allow_negative, metadata)
+               SELECT 0, 'grown:' || g, 'EUR', 2, 'debit', false, '{}' FROM generate_series(1, 100000) g
                RETURNING account_id)
              INSERT INTO account_totals (account_id, debits, credits, version, last_sequence)
                SELECT account_id, 0, 0, 0, 0 FROM a;",
@@ -260,7 +260,7 @@ async fn the_writer_does_not_scan_tables_that_grew_after_its_statements_were_pre
         );
         // A void: of the last warm posting, then of the previous batch's first posting.
         reqs.push(void_of(&target, &format!("grown-void-{i}")));
-        let out = writer::apply_alone(&w, &reqs).await.unwrap();
+        let out = writer::apply_alone(&w, 0, &reqs).await.unwrap();
         assert!(out.iter().all(|o| o.is_ok()), "{out:?}");
         assert!(out[out.len() - 2].as_ref().unwrap().replayed);
         target = out[0].as_ref().unwrap().posting.posting_id;
@@ -314,7 +314,7 @@ async fn a_failed_batch_writes_nothing_and_answers_every_caller_unavailable() {
         valid_transfer(&db, "b", "acct:2", "acct:1", "1.00").await,
         valid_transfer(&db, "a", "acct:0", "acct:1", "1.00").await,
     ];
-    let err = writer::apply_alone(&db, &batch)
+    let err = writer::apply_alone(&db, 0, &batch)
         .await
         .expect_err("the batch transaction fails");
     assert!(err.to_string().contains("outbox refused"), "{err}");

@@ -102,7 +102,7 @@ async fn postings_recorded_before_0008_are_numbered_by_their_own_keys_and_still_
     let codes = vec!["acct:a".to_owned(), "equity:w".to_owned()];
     let pool = ledger_server::storage::pool(&url, 1).unwrap();
     let accounts: HashMap<_, _> =
-        ledger_server::storage::accounts::get_many(&pool.get().await.unwrap(), &codes)
+        ledger_server::storage::accounts::get_many(&pool.get().await.unwrap(), 0, &codes)
             .await
             .unwrap()
             .into_iter()

@@ -163,8 +163,8 @@ async fn the_database_refuses_a_second_void_of_one_posting() {
     let err = db
         .execute(
             "WITH k AS (
-               INSERT INTO idempotency_keys (caller, idempotency_key, operation, fingerprint, decided_at)
-               SELECT caller, 'v2', 'void', fingerprint, now() FROM idempotency_keys WHERE idempotency_key = 'p'
+               INSERT INTO idempotency_keys (ledger_id, caller, idempotency_key, operation, fingerprint, decided_at)
+               SELECT 0, caller, 'v2', 'void', fingerprint, now() FROM idempotency_keys WHERE idempotency_key = 'p'
                RETURNING caller, idempotency_key, key_id)
              INSERT INTO postings (sequence, posting_id, caller, idempotency_key, effective_at, recorded_at, memo, metadata, voids_posting_id, void_reason, key_id)
              SELECT 99, gen_random_uuid(), caller, idempotency_key, now(), now(), '', '{}', $1::uuid, 'again', key_id FROM k",

@@ -35,8 +35,10 @@ pub type Metadata = BTreeMap<String, String>;
 /// An account as stored. Attributes never change after creation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Account {
-    /// Storage's internal id (legs refer to it).
+    /// Storage's internal id (legs refer to it; unique over every ledger).
     pub id: i64,
+    /// The ledger the account belongs to (its code is unique within it).
+    pub ledger: crate::ledger::LedgerId,
     pub code: String,
     pub currency: String,
     pub scale: u8,
@@ -333,13 +335,13 @@ mod tests {
     }
 }
 
-/// Accounts kept in memory, by code and by id: they never change once created (a trigger
+/// Accounts kept in memory, by (ledger, code) and by id: they never change once created (a trigger
 /// refuses updates), so an entry never goes stale. The service looks accounts up by code to
 /// validate requests, the writer by id for their rules; one cache serves both.
 #[derive(Debug)]
 pub struct AccountCache {
     by_id: HashMap<i64, Account>,
-    id_of: HashMap<String, i64>,
+    id_of: HashMap<(crate::ledger::LedgerId, String), i64>,
     max: usize,
 }
 
@@ -363,8 +365,12 @@ impl AccountCache {
         }
     }
 
-    pub fn by_code(&self, code: &str) -> Option<&Account> {
-        self.id_of.get(code).map(|id| &self.by_id[id])
+    /// The account `code` of ledger `ledger`.
+    pub fn by_code(&self, ledger: crate::ledger::LedgerId, code: &str) -> Option<&Account> {
+        // A borrowed key for the lookup would need a key type of its own; codes are short.
+        self.id_of
+            .get(&(ledger, code.to_owned()))
+            .map(|id| &self.by_id[id])
     }
 
     pub fn by_id(&self, id: i64) -> Option<&Account> {
@@ -386,7 +392,7 @@ impl AccountCache {
             self.id_of.clear();
         }
         for a in accounts {
-            self.id_of.insert(a.code.clone(), a.id);
+            self.id_of.insert((a.ledger, a.code.clone()), a.id);
             self.by_id.insert(a.id, a);
         }
     }
@@ -399,6 +405,7 @@ mod cache_tests {
     fn account(id: i64) -> Account {
         Account {
             id,
+            ledger: crate::ledger::DEFAULT_LEDGER_ID,
             code: format!("a:{id}"),
             currency: "EUR".into(),
             scale: 2,
@@ -420,7 +427,7 @@ mod cache_tests {
             AccountCache::MAX_CACHED_ACCOUNTS,
             "room enough: kept"
         );
-        assert_eq!(cache.by_code("a:7").map(|a| a.id), Some(7));
+        assert_eq!(cache.by_code(0, "a:7").map(|a| a.id), Some(7));
         cache.fill([account(max)], 1);
         assert_eq!(cache.len(), 1, "past the limit: emptied first");
         assert_eq!(

@@ -377,6 +377,7 @@ mod tests {
 
     fn account(id: i64, normal: NormalBalance, allow_negative: bool) -> Account {
         Account {
+            ledger: crate::ledger::DEFAULT_LEDGER_ID,
             id,
             code: format!("acct{id}"),
             currency: "EUR".into(),

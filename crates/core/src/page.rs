@@ -5,7 +5,10 @@
 //! page ends early, with a next page token, when the next item would take it past the limit.
 
 use super::account::Account;
-use super::limits::{MAX_ACCOUNT_CODE_CHARS, MAX_CURRENCY_CHARS, MAX_PAGE_BYTES, MAX_PAGE_SIZE};
+use super::limits::{
+    MAX_ACCOUNT_CODE_CHARS, MAX_CURRENCY_CHARS, MAX_LEDGER_CODE_CHARS, MAX_PAGE_BYTES,
+    MAX_PAGE_SIZE,
+};
 use super::record::{Balance, CurrencyTotal, Entry, Posting};
 
 /// An upper bound of the bytes an item takes in a response's protobuf encoding. Each field
@@ -26,6 +29,8 @@ const SCALAR: usize = 11;
 const TIMESTAMP: usize = 24;
 /// Bytes of a UUID rendered as text.
 const UUID_TEXT: usize = 36;
+/// Bytes of the ledger code an account or a posting carries, at most.
+const LEDGER_CODE: usize = FIELD_OVERHEAD + MAX_LEDGER_CODE_CHARS;
 
 fn text(s: &str) -> usize {
     FIELD_OVERHEAD + s.len()
@@ -45,6 +50,7 @@ impl WireSize for Account {
             + 3 * SCALAR
             + map(&self.metadata)
             + TIMESTAMP
+            + LEDGER_CODE
     }
 }
 
@@ -68,6 +74,7 @@ impl WireSize for Posting {
             + self.void_reason.as_deref().map_or(0, text)
             + text(&self.caller)
             + HOLD_FIELDS
+            + LEDGER_CODE
     }
 }
 

@@ -511,6 +511,7 @@ mod tests {
 
     fn account(id: i64, code: &str, currency: &str, scale: u8) -> Account {
         Account {
+            ledger: crate::ledger::DEFAULT_LEDGER_ID,
             id,
             code: code.into(),
             currency: currency.into(),

@@ -34,7 +34,7 @@ pub async fn valid_transfer(
         hold_expires_at: None,
     };
     let codes = vec![from.to_owned(), to.to_owned()];
-    let accounts: HashMap<_, _> = ledger_server::storage::accounts::get_many(db, &codes)
+    let accounts: HashMap<_, _> = ledger_server::storage::accounts::get_many(db, 0, &codes)
         .await
         .unwrap()
         .into_iter()

@@ -17,6 +17,7 @@ use crate::account::{Account, Metadata, NormalBalance};
 use crate::amount::Amount;
 use crate::engine::Totals;
 use crate::hold::{CaptureRequest, PostingTerms};
+use crate::ledger::{self, LedgerId};
 use crate::posting::{check_balanced, Leg, LegRequest, PostRequest, VoidRequest};
 use crate::record::CloseKind;
 use proptest::prelude::*;
@@ -48,6 +49,7 @@ fn accounts() -> HashMap<String, Account> {
         .enumerate()
         .map(|(id, &(code, currency, normal, neg))| {
             let a = Account {
+                ledger: crate::ledger::DEFAULT_LEDGER_ID,
                 id: id as i64,
                 code: code.into(),
                 currency: currency.into(),
@@ -112,6 +114,9 @@ enum Damage {
     CorruptAccount(usize),
     /// An account's totals are negative: no writer could have left them.
     ImpossibleTotals(usize),
+    /// An account of another ledger than the batch's (the load never reads one: decide
+    /// refuses it all the same).
+    ForeignAccount(usize),
 }
 
 fn damage() -> impl Strategy<Value = Damage> {
@@ -121,6 +126,7 @@ fn damage() -> impl Strategy<Value = Damage> {
         1 => any::<usize>().prop_map(Damage::CorruptPosting),
         1 => (0usize..6).prop_map(Damage::CorruptAccount),
         1 => (0usize..6).prop_map(Damage::ImpossibleTotals),
+        1 => (0usize..6).prop_map(Damage::ForeignAccount),
     ]
 }
 
@@ -132,6 +138,7 @@ struct Damaged {
     corrupt_posting: Option<usize>,
     corrupt_account: Option<usize>,
     impossible_totals: Option<usize>,
+    foreign_account: Option<usize>,
 }
 
 impl Damaged {
@@ -155,12 +162,18 @@ impl Damaged {
                 impossible_totals: Some(a),
                 ..Damaged::default()
             },
+            Damage::ForeignAccount(a) => Damaged {
+                foreign_account: Some(a),
+                ..Damaged::default()
+            },
         }
     }
 
     /// The account no request may touch in this batch.
     fn account(&self) -> Option<usize> {
-        self.corrupt_account.or(self.impossible_totals)
+        self.corrupt_account
+            .or(self.impossible_totals)
+            .or(self.foreign_account)
     }
 }
 
@@ -199,6 +212,8 @@ fn op() -> impl Strategy<Value = Op> {
 /// What the store holds: what `storage::batch::load` would read back.
 #[derive(Default)]
 struct Store {
+    /// The ledger the store's journal belongs to (its stored sequences are in its range).
+    ledger: LedgerId,
     decided: HashMap<(String, String), StoredDecision>,
     /// Totals every account had before the model's first posting (near
     /// [`MAX_TOTAL_MINOR`](crate::limits::MAX_TOTAL_MINOR) for account 0 in some runs).
@@ -244,17 +259,19 @@ impl Store {
                 if damaged.impossible_totals == Some(a.id as usize) {
                     totals.debits = -1;
                 }
-                (
-                    a.id,
-                    AccountState {
-                        account: a.clone(),
-                        totals,
-                    },
-                )
+                let mut account = Account {
+                    ledger: self.ledger,
+                    ..a.clone()
+                };
+                if damaged.foreign_account == Some(a.id as usize) {
+                    account.ledger = self.ledger ^ 1;
+                }
+                (a.id, AccountState { account, totals })
             })
             .collect();
-        let (last_sequence, last_recorded_at) =
-            self.last.unwrap_or((0, OffsetDateTime::UNIX_EPOCH));
+        let (last_sequence, last_recorded_at) = self
+            .last
+            .unwrap_or((ledger::stored(self.ledger, 0), OffsetDateTime::UNIX_EPOCH));
         Snapshot {
             clock: Clock {
                 last_sequence,
@@ -979,6 +996,11 @@ fn check_store(store: &Store, model: &Model, ids: &[Uuid]) -> Result<(), TestCas
     let index = |id: Uuid| ids.iter().position(|&x| x == id).unwrap();
     for (i, (p, m)) in store.postings.iter().zip(&model.postings).enumerate() {
         prop_assert_eq!(p.posting_id, ids[i]);
+        prop_assert_eq!(
+            p.sequence as i64,
+            ledger::stored(store.ledger, i as i64 + 1),
+            "gapless from 1 in its ledger"
+        );
         let legs: Vec<MLeg> = p
             .legs
             .iter()
@@ -1049,52 +1071,101 @@ fn funding() -> Vec<Op> {
         .collect()
 }
 
-/// Runs the batches (each with whether the expiry task is late for it, sending none of its
-/// releases, and what its snapshot breaks) after a funding batch; account 0 starts with
-/// `room` cents below `MAX_TOTAL_MINOR` on each side when given.
-fn run(mut batches: Vec<(bool, Damage, Vec<Op>)>, room: Option<i64>) -> Result<(), TestCaseError> {
-    batches.insert(0, (false, Damage::None, funding()));
-    let (mut store, mut model) = (Store::default(), Model::default());
-    if let Some(room) = room {
-        model.offset = crate::limits::MAX_TOTAL_MINOR - i128::from(room);
-        let near = Totals {
-            debits: model.offset,
-            credits: model.offset,
-            ..Totals::default()
+/// One ledger's journal as the test runs it: the store decide reads and writes, the model
+/// it is checked against, the posting ids by the model's index, the ops sent so far.
+struct Book {
+    store: Store,
+    model: Model,
+    ids: Vec<Uuid>,
+    sent: Vec<Op>,
+}
+
+impl Book {
+    /// A ledger's journal, funded; account 0 starts with `room` cents below
+    /// `MAX_TOTAL_MINOR` on each side when given.
+    fn new(ledger: LedgerId, room: Option<i64>) -> Result<Book, TestCaseError> {
+        let mut book = Book {
+            store: Store {
+                ledger,
+                ..Store::default()
+            },
+            model: Model::default(),
+            ids: Vec::new(),
+            sent: Vec::new(),
         };
-        store.before.insert(0, near);
+        if let Some(room) = room {
+            book.model.offset = crate::limits::MAX_TOTAL_MINOR - i128::from(room);
+            let near = Totals {
+                debits: book.model.offset,
+                credits: book.model.offset,
+                ..Totals::default()
+            };
+            book.store.before.insert(0, near);
+        }
+        book.batch(0, false, Damage::None, funding())?;
+        Ok(book)
     }
-    let mut ids: Vec<Uuid> = Vec::new(); // posting ids by the model's index
-    let mut sent: Vec<Op> = Vec::new();
-    for (b, (late, damage, ops)) in batches.into_iter().enumerate() {
-        let now = b as i64;
+
+    /// One batch at second `now` (with whether the expiry task is late for it, sending none
+    /// of its releases, and what its snapshot breaks), decided and checked against the model.
+    fn batch(
+        &mut self,
+        now: i64,
+        late: bool,
+        damage: Damage,
+        ops: Vec<Op>,
+    ) -> Result<(), TestCaseError> {
+        let Book {
+            store,
+            model,
+            ids,
+            sent,
+        } = self;
         let damaged = Damaged::of(damage, model.postings.len());
         // The expiry task: a release of every open hold that is due, unless it is late.
         let due = (0..model.postings.len()).filter(|&i| !late && model.postings[i].lapsed(now));
-        let mut batch: Vec<Sent> = due.map(|i| expire(&ids, i)).collect();
+        let mut batch: Vec<Sent> = due.map(|i| expire(ids, i)).collect();
         for op in ops {
-            let Some(op) = resolve(op, &sent, &model, now) else {
+            let Some(op) = resolve(op, sent, model, now) else {
                 continue;
             };
-            batch.push(sent_of(&op, &model, &store, &ids));
+            batch.push(sent_of(&op, model, store, ids));
             sent.push(op);
         }
         if batch.is_empty() {
-            continue;
+            return Ok(());
         }
         let want: Vec<MAnswer> = batch
             .iter()
             .map(|s| model.answer(s, now, damaged))
             .collect();
         let requests: Vec<WriteRequest> = batch.into_iter().map(|s| s.request).collect();
-        let (written, outcomes, unbound) =
-            decide_as_the_writer(&mut store, &requests, at(now), damaged);
-        check_outcomes(written.as_ref(), &outcomes, &unbound, &want, &mut ids)?;
+        let (written, outcomes, unbound) = decide_as_the_writer(store, &requests, at(now), damaged);
+        check_outcomes(written.as_ref(), &outcomes, &unbound, &want, ids)?;
         if let Some(w) = &written {
             w.plan.assert_sound(&w.snapshot.clock);
             store.write(&w.plan, &w.batch, &w.snapshot);
         }
-        check_store(&store, &model, &ids)?;
+        check_store(store, model, ids)
+    }
+}
+
+/// Runs the batches (each with the ledger it goes to, by index into `ledgers`, whether the
+/// expiry task is late for it, and what its snapshot breaks) after a funding batch per
+/// ledger. Each ledger's journal is decided on its own: its sequences count from 1 in its
+/// range, whatever the other ledgers record.
+fn run(
+    batches: Vec<(usize, bool, Damage, Vec<Op>)>,
+    room: Option<i64>,
+    ledgers: &[LedgerId],
+) -> Result<(), TestCaseError> {
+    let mut books = ledgers
+        .iter()
+        .map(|&l| Book::new(l, room))
+        .collect::<Result<Vec<_>, _>>()?;
+    for (b, (which, late, damage, ops)) in batches.into_iter().enumerate() {
+        let n = books.len();
+        books[which % n].batch(b as i64 + 1, late, damage, ops)?;
     }
     Ok(())
 }
@@ -1111,9 +1182,16 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(cases()))]
     #[test]
     fn decide_agrees_with_the_model_on_every_outcome_posting_and_balance(
-        batches in prop::collection::vec((prop::bool::weighted(0.3), damage(), prop::collection::vec(op(), 1..9)), 1..8),
+        batches in prop::collection::vec((Just(0usize), prop::bool::weighted(0.3), damage(), prop::collection::vec(op(), 1..9)), 1..8),
         room in prop_oneof![3 => Just(None), 1 => (0i64..60_000).prop_map(Some)],
     ) {
-        run(batches, room)?;
+        run(batches, room, &[ledger::DEFAULT_LEDGER_ID])?;
+    }
+
+    #[test]
+    fn decide_agrees_with_the_model_over_several_ledgers_each_numbered_from_one_in_its_range(
+        batches in prop::collection::vec((0usize..3, prop::bool::weighted(0.3), damage(), prop::collection::vec(op(), 1..9)), 1..12),
+    ) {
+        run(batches, None, &[ledger::DEFAULT_LEDGER_ID, 1, crate::limits::MAX_LEDGERS])?;
     }
 }

@@ -24,6 +24,7 @@ fn accounts() -> HashMap<String, Account> {
     .enumerate()
     .map(|(id, (code, normal, neg))| {
         let a = Account {
+            ledger: crate::ledger::DEFAULT_LEDGER_ID,
             id: id as i64,
             code: code.into(),
             currency: "EUR".into(),

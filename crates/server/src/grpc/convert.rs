@@ -89,10 +89,10 @@ pub fn direction_to_pb(d: Direction) -> i32 {
     }
 }
 
-/// An account message.
-pub fn account_to_pb(a: &Account) -> pb::Account {
+/// An account message; `ledger` is the code of its ledger.
+pub fn account_to_pb(a: &Account, ledger: &str) -> pb::Account {
     pb::Account {
-        ledger: String::new(),
+        ledger: ledger.to_owned(),
         code: a.code.clone(),
         currency: a.currency.clone(),
         scale: u32::from(a.scale),
@@ -148,12 +148,12 @@ pub fn void_from_pb(r: pb::VoidRequest) -> Result<VoidRequest, LedgerError> {
     })
 }
 
-/// A posting message.
-pub fn posting_to_pb(p: &Posting) -> pb::Posting {
+/// A posting message; `ledger` is the code of its ledger, and its sequence the one within it.
+pub fn posting_to_pb(p: &Posting, ledger: &str) -> pb::Posting {
     pb::Posting {
-        ledger: String::new(),
+        ledger: ledger.to_owned(),
         posting_id: p.posting_id.to_string(),
-        sequence: p.sequence,
+        sequence: in_ledger(p.sequence),
         idempotency_key: p.idempotency_key.clone(),
         legs: p
             .legs
@@ -227,12 +227,15 @@ fn closed_by(p: &Posting, kind: impl Fn(CloseKind) -> bool) -> String {
 
 /// One `PostBatch` result: the response, or the error exactly as `Post` would have answered
 /// it (the `google.rpc.Status` a failed call carries, with its `ErrorInfo`).
-pub fn batch_result_to_pb(outcome: Result<Decided, LedgerError>) -> pb::PostBatchResult {
+pub fn batch_result_to_pb(
+    outcome: Result<Decided, LedgerError>,
+    ledger: &str,
+) -> pb::PostBatchResult {
     use pb::post_batch_result::Outcome;
     pb::PostBatchResult {
         outcome: Some(match outcome {
             Ok(d) => Outcome::Response(pb::PostResponse {
-                posting: Some(posting_to_pb(&d.posting)),
+                posting: Some(posting_to_pb(&d.posting, ledger)),
                 replayed: d.replayed,
             }),
             Err(e) => Outcome::Error(super::status::to_rpc_status(e)),
@@ -267,7 +270,7 @@ pub fn balance_to_pb(b: &Balance) -> pb::Balance {
         held_debits: format_minor(b.held_debits, b.scale),
         held_credits: format_minor(b.held_credits, b.scale),
         available: format_minor(b.available, b.scale),
-        as_of_sequence: b.as_of.sequence,
+        as_of_sequence: in_ledger(b.as_of.sequence),
         as_of: Some(applied_to_pb(&b.as_of)),
     }
 }
@@ -283,11 +286,26 @@ pub fn total_to_pb(t: &CurrencyTotal) -> pb::CurrencyTotal {
     }
 }
 
+/// The sequence within its ledger of a stored sequence (what callers see).
+fn in_ledger(stored: u64) -> u64 {
+    ledger_core::ledger::in_ledger(stored as i64) as u64
+}
+
+/// A ledger message.
+pub fn ledger_to_pb(l: &ledger_core::ledger::Ledger) -> pb::LedgerInfo {
+    pb::LedgerInfo {
+        code: l.code.clone(),
+        description: l.description.clone(),
+        metadata: metadata_to_pb(&l.metadata),
+        created_at: Some(time_to_pb(l.created_at)),
+    }
+}
+
 /// A statement line.
 pub fn entry_to_pb(e: &Entry) -> pb::Entry {
     pb::Entry {
         posting_id: e.posting_id.to_string(),
-        sequence: e.sequence,
+        sequence: in_ledger(e.sequence),
         recorded_at: Some(time_to_pb(e.recorded_at)),
         effective_at: Some(time_to_pb(e.effective_at)),
         direction: direction_to_pb(e.direction),
@@ -376,9 +394,10 @@ mod tests {
         fn wire_sizes_bound_the_real_encoding(p in posting(), code in text(128), currency in text(16), m in meta(), a in amount(), t in at()) {
             use prost::Message;
             let framed = |len: usize| len + prost::length_delimiter_len(len) + 1;
-            prop_assert!(framed(posting_to_pb(&p).encoded_len()) <= p.wire_size());
-            let account = Account { id: 1, code: code.clone(), currency: currency.clone(), scale: 18, normal_balance: NormalBalance::Credit, allow_negative: true, metadata: m, created_at: t };
-            prop_assert!(framed(account_to_pb(&account).encoded_len()) <= account.wire_size());
+            let ledger = "l".repeat(ledger_core::limits::MAX_LEDGER_CODE_CHARS);
+            prop_assert!(framed(posting_to_pb(&p, &ledger).encoded_len()) <= p.wire_size());
+            let account = Account { id: 1, ledger: 1, code: code.clone(), currency: currency.clone(), scale: 18, normal_balance: NormalBalance::Credit, allow_negative: true, metadata: m, created_at: t };
+            prop_assert!(framed(account_to_pb(&account, &ledger).encoded_len()) <= account.wire_size());
             let at = AppliedAsOf { recorded_at: t, effective_at: t, sequence: u64::MAX };
             let b = Balance { account: code, currency: currency.clone(), scale: 18, debits: i128::MAX, credits: i128::MIN, balance: i128::MIN, held_debits: i128::MIN, held_credits: i128::MIN, available: i128::MIN, as_of: at };
             prop_assert!(framed(balance_to_pb(&b).encoded_len()) <= b.wire_size());

@@ -163,10 +163,14 @@ mod tests {
             }),
             closes: None,
         };
-        let ok = batch_result_to_pb(Ok(Decided {
-            posting,
-            replayed: true,
-        }));
+        let ledger = "l".repeat(ledger_core::limits::MAX_LEDGER_CODE_CHARS);
+        let ok = batch_result_to_pb(
+            Ok(Decided {
+                posting,
+                replayed: true,
+            }),
+            &ledger,
+        );
         let bound =
             framed(request.encoded_len()) + MAX_LEGS * BATCH_GROWTH_PER_LEG + BATCH_RESULT_OVERHEAD;
         assert!(
@@ -190,7 +194,7 @@ mod tests {
             LedgerError::limit("leg count", "MAX_LEGS", MAX_LEGS, usize::MAX).with("field", "legs"),
         ];
         for e in errors {
-            let r = batch_result_to_pb(Err(e));
+            let r = batch_result_to_pb(Err(e), &ledger);
             assert!(framed(r.encoded_len()) <= BATCH_RESULT_OVERHEAD, "{r:?}");
         }
     }

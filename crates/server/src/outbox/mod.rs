@@ -163,7 +163,7 @@ pub fn event_payload(p: &Posting) -> Vec<u8> {
         h.closed_by = None;
         h.lapsed = false;
     }
-    let posting = posting_to_pb(&committed);
+    let posting = posting_to_pb(&committed, ledger_core::ledger::DEFAULT_LEDGER);
     prost::Message::encode_to_vec(&pb::PostingEvent {
         ledger: String::new(),
         posting: Some(posting),
@@ -348,7 +348,7 @@ mod tests {
         };
         let ev: pb::PostingEvent = prost::Message::decode(event_payload(&p).as_slice()).unwrap();
         let got = ev.posting.unwrap();
-        let mut want = posting_to_pb(&p);
+        let mut want = posting_to_pb(&p, ledger_core::ledger::DEFAULT_LEDGER);
         assert!(!want.voided_by_posting_id.is_empty() && !want.captured_by_posting_id.is_empty());
         want.voided_by_posting_id.clear();
         want.captured_by_posting_id.clear();

@@ -38,6 +38,7 @@ impl Ledger {
     /// (`UNAVAILABLE`: nothing of the call may be assumed, the call may be re-sent as it is).
     pub async fn post_batch(
         &self,
+        book: &ledger_core::ledger::Ledger,
         caller: &str,
         requests: Vec<Result<PostRequest, LedgerError>>,
     ) -> Result<Vec<Outcome>, LedgerError> {
@@ -46,13 +47,13 @@ impl Ledger {
             .into_iter()
             .map(|r| r.and_then(|req| req.check_shape().map(|_| req)))
             .collect();
-        let accounts = self.accounts(&codes_of(&shaped)).await?;
+        let accounts = self.accounts(book, &codes_of(&shaped)).await?;
         let valid: Vec<Result<ValidPost, LedgerError>> = shaped
             .into_iter()
             .map(|r| r.and_then(|req| req.validate(&accounts)))
             .collect();
         let (commands, mut outcomes) = split(valid);
-        let decided = self.writer.submit_all(caller, commands).await?;
+        let decided = self.writer.submit_all(book.id, caller, commands).await?;
         fill(&mut outcomes, decided);
         Ok(outcomes
             .into_iter()

@@ -16,10 +16,12 @@
 use super::Ledger;
 use crate::storage;
 use ledger_core::hold::LEDGER_CALLER;
+use ledger_core::ledger::LedgerId;
 use ledger_core::limits::{HOLD_EXPIRY_LAG_MAX, MAX_EXPIRIES_PER_ROUND};
 use ledger_core::record::Decided;
 use ledger_core::write::{Command, ValidExpire};
 use ledger_core::{LedgerError, Reason};
+use std::collections::BTreeMap;
 use std::time::Duration;
 use time::OffsetDateTime;
 
@@ -62,13 +64,8 @@ impl Ledger {
             .await
             .map_err(storage::StorageError::into_ledger_error)?;
         drop(client);
-        let commands = due
-            .iter()
-            .map(|&id| Command::Expire(ValidExpire::of(id)))
-            .collect();
-        // One job: queued whole and decided in one batch, or refused whole (then the round
-        // fails and the next one asks again).
-        let outcomes = self.writer.submit_all(LEDGER_CALLER, commands).await?;
+        let outcomes = self.release(&due).await?;
+        let due: Vec<uuid::Uuid> = due.into_iter().map(|(_, id)| id).collect();
         let mut round = Round {
             complete: due.len() < MAX_EXPIRIES_PER_ROUND,
             now: Some(now),
@@ -87,6 +84,39 @@ impl Ledger {
         }
         round.log(first_failure);
         Ok(round)
+    }
+}
+
+impl Ledger {
+    /// Releases the due holds: one writer job per ledger (each queued whole and decided in
+    /// one batch of its ledger, or refused whole: then the round fails and the next one asks
+    /// again), the ledgers' jobs at once; the outcomes in the order of `due`.
+    async fn release(
+        &self,
+        due: &[(LedgerId, uuid::Uuid)],
+    ) -> Result<Vec<ledger_core::write::Outcome>, LedgerError> {
+        let mut by_ledger: BTreeMap<LedgerId, Vec<usize>> = BTreeMap::new();
+        for (i, (ledger, _)) in due.iter().enumerate() {
+            by_ledger.entry(*ledger).or_default().push(i);
+        }
+        let jobs = by_ledger.iter().map(|(&ledger, places)| {
+            let commands = places
+                .iter()
+                .map(|&i| Command::Expire(ValidExpire::of(due[i].1)))
+                .collect();
+            self.writer.submit_all(ledger, LEDGER_CALLER, commands)
+        });
+        let answers = futures_util::future::try_join_all(jobs).await?;
+        let mut outcomes: Vec<Option<ledger_core::write::Outcome>> = vec![None; due.len()];
+        for (places, answer) in by_ledger.values().zip(answers) {
+            for (&i, outcome) in places.iter().zip(answer) {
+                outcomes[i] = Some(outcome);
+            }
+        }
+        Ok(outcomes
+            .into_iter()
+            .map(|o| o.expect("an outcome per due hold"))
+            .collect())
     }
 }
 

@@ -6,6 +6,7 @@ use super::replicas::{at_read, Cut};
 use super::{page_size, Ledger};
 use crate::storage::{self, StorageError};
 use ledger_core::account::{validate_prefix, Account};
+use ledger_core::ledger::{Ledger as Book, DEFAULT_LEDGER_ID};
 use ledger_core::limits::{add_to_sum, MAX_LEGS, MAX_TOKEN_TOTALS, MAX_TRIAL_BALANCE_CURRENCIES};
 use ledger_core::page::{Fill, WireSize};
 use ledger_core::page_token::{self, Reader, Writer};
@@ -58,6 +59,7 @@ async fn fill<S: Source>(
 
 struct Accounts<'a> {
     client: &'a crate::storage::Conn,
+    book: &'a Book,
     prefix: &'a str,
     start: Option<String>,
 }
@@ -70,7 +72,7 @@ impl Source for Accounts<'_> {
         ask: usize,
     ) -> Result<Vec<Account>, LedgerError> {
         let after = after.map(|a| a.code.as_str()).or(self.start.as_deref());
-        storage::accounts::list(self.client, self.prefix, after, ask as i64)
+        storage::accounts::list(self.client, self.book.id, self.prefix, after, ask as i64)
             .await
             .map_err(StorageError::into_ledger_error)
     }
@@ -78,6 +80,7 @@ impl Source for Accounts<'_> {
 
 struct Postings<'a> {
     client: &'a crate::storage::Conn,
+    book: &'a Book,
     account_id: Option<i64>,
     start: i64,
 }
@@ -90,14 +93,21 @@ impl Source for Postings<'_> {
         ask: usize,
     ) -> Result<Vec<Posting>, LedgerError> {
         let after = after.map_or(self.start, |p| p.sequence as i64);
-        storage::read::list_postings(self.client, self.account_id, after, ask as i64)
-            .await
-            .map_err(StorageError::into_ledger_error)
+        storage::read::list_postings(
+            self.client,
+            self.book.id,
+            self.account_id,
+            after,
+            ask as i64,
+        )
+        .await
+        .map_err(StorageError::into_ledger_error)
     }
 }
 
 struct Balances<'a> {
     client: &'a crate::storage::Conn,
+    ledger: ledger_core::ledger::LedgerId,
     prefix: &'a str,
     at: AppliedAsOf,
     start: Option<String>,
@@ -112,13 +122,29 @@ impl Source for Balances<'_> {
     ) -> Result<Vec<Balance>, LedgerError> {
         let after = after.map(|b| b.account.as_str()).or(self.start.as_deref());
         let through = self.at.sequence as i64;
-        let accounts =
-            storage::read::accounts_with_legs(self.client, self.prefix, after, through, ask as i64)
-                .await
-                .map_err(StorageError::into_ledger_error)?;
+        let accounts = storage::read::accounts_with_legs(
+            self.client,
+            self.ledger,
+            self.prefix,
+            after,
+            through,
+            ask as i64,
+        )
+        .await
+        .map_err(StorageError::into_ledger_error)?;
         storage::read::balances(self.client, &accounts, &self.at)
             .await
             .map_err(StorageError::into_ledger_error)
+    }
+}
+
+/// A page token's scope: what it pages over, and in which ledger (a token of one ledger's
+/// page is refused on another's). The default ledger's scopes are those tokens had before
+/// ledgers existed.
+fn scope(book: &Book, what: String) -> String {
+    match book.id {
+        DEFAULT_LEDGER_ID => what,
+        id => format!("{what}@ledger:{id}"),
     }
 }
 
@@ -198,13 +224,14 @@ impl Ledger {
     /// Accounts by code prefix, a page at a time.
     pub async fn list_accounts(
         &self,
+        book: &Book,
         prefix: &str,
         size: u32,
         token: &str,
     ) -> Result<(Vec<Account>, String), LedgerError> {
         validate_prefix(prefix)?;
         let limit = page_size(size)? as usize;
-        let scope = format!("accounts:{prefix}");
+        let scope = scope(book, format!("accounts:{prefix}"));
         let start = match token {
             "" => None,
             t => {
@@ -217,6 +244,7 @@ impl Ledger {
         let client = self.client().await?;
         let mut src = Accounts {
             client: &client,
+            book,
             prefix,
             start,
         };
@@ -231,6 +259,7 @@ impl Ledger {
     /// Postings in sequence order, optionally only those touching an account.
     pub async fn list_postings(
         &self,
+        book: &Book,
         account: &str,
         size: u32,
         token: &str,
@@ -238,9 +267,9 @@ impl Ledger {
         let limit = page_size(size)? as usize;
         let account_id = match account {
             "" => None,
-            code => Some(self.get_account(code).await?.id),
+            code => Some(self.get_account(book, code).await?.id),
         };
-        let scope = format!("postings:{account}");
+        let scope = scope(book, format!("postings:{account}"));
         let start = match token {
             "" => 0,
             t => {
@@ -253,6 +282,7 @@ impl Ledger {
         let client = self.client().await?;
         let mut src = Postings {
             client: &client,
+            book,
             account_id,
             start,
         };
@@ -274,6 +304,7 @@ impl Ledger {
     /// `storage::read::accounts_with_legs`), so the whole answer is final once given.
     pub async fn list_balances(
         &self,
+        book: &Book,
         prefix: &str,
         as_of: AsOf,
         size: u32,
@@ -281,7 +312,7 @@ impl Ledger {
     ) -> Result<(Vec<Balance>, Vec<CurrencyTotal>, String), LedgerError> {
         validate_prefix(prefix)?;
         let limit = page_size(size)? as usize;
-        let scope = format!("balances:{prefix}");
+        let scope = scope(book, format!("balances:{prefix}"));
         let (cut, start, carried) = match token {
             "" => (Cut::Requested(as_of), None, None),
             t => {
@@ -293,14 +324,16 @@ impl Ledger {
         };
         let read = at_read(|client, at| {
             let (prefix, start, carried) = (prefix.to_owned(), start.clone(), carried.clone());
+            let ledger = book.id;
             Box::pin(async move {
                 let totals = match carried {
                     Some(t) => t,
-                    None => trial_totals(client, &prefix, at).await?,
+                    None => trial_totals(client, ledger, &prefix, at).await?,
                 };
                 let reserved = totals.iter().map(WireSize::wire_size).sum();
                 let mut src = Balances {
                     client,
+                    ledger,
                     prefix: &prefix,
                     at: *at,
                     start,
@@ -309,7 +342,7 @@ impl Ledger {
                 Ok((page, more, totals))
             })
         });
-        let (at, (page, more, totals)) = self.read_at(cut, read).await?;
+        let (at, (page, more, totals)) = self.read_at(book, cut, read).await?;
         let next = match page.last() {
             Some(last) if more => {
                 let mut w = Writer::new();
@@ -329,14 +362,15 @@ impl Ledger {
     /// statement.
     pub async fn list_entries(
         &self,
+        book: &Book,
         account: &str,
         as_of: AsOf,
         size: u32,
         token: &str,
     ) -> Result<(Vec<Entry>, String), LedgerError> {
         let limit = page_size(size)? as usize;
-        let account = self.get_account(account).await?;
-        let scope = format!("entries:{}", account.code);
+        let account = self.get_account(book, account).await?;
+        let scope = scope(book, format!("entries:{}", account.code));
         let (cut, from) = match token {
             "" => (Cut::Requested(as_of), Cursor::start()),
             t => {
@@ -361,7 +395,7 @@ impl Ledger {
                     .map_err(StorageError::into_ledger_error)
             })
         });
-        let (at, rows) = self.read_at(cut, rows).await?;
+        let (at, rows) = self.read_at(book, cut, rows).await?;
         let (out, next) =
             statement::page(&rows, limit, account.normal_balance, from).map_err(|sequence| {
                 StorageError::corrupt_posting(
@@ -390,6 +424,7 @@ impl Ledger {
 /// accounts; a trial balance over more than [`MAX_TRIAL_BALANCE_CURRENCIES`] is refused.
 async fn trial_totals(
     client: &crate::storage::Conn,
+    ledger: ledger_core::ledger::LedgerId,
     prefix: &str,
     at: &AppliedAsOf,
 ) -> Result<Vec<CurrencyTotal>, LedgerError> {
@@ -398,6 +433,7 @@ async fn trial_totals(
     loop {
         let chunk = storage::read::accounts_with_legs(
             client,
+            ledger,
             prefix,
             cursor.as_deref(),
             at.sequence as i64,

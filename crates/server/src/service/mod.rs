@@ -4,6 +4,7 @@
 
 pub mod batch;
 pub mod expiry;
+pub mod ledgers;
 pub mod lists;
 pub mod replicas;
 
@@ -13,6 +14,7 @@ use ledger_core::account::AccountCache;
 use ledger_core::account::{validate_code, Metadata};
 use ledger_core::amount::format_minor;
 use ledger_core::hold::CaptureRequest;
+use ledger_core::ledger::Ledger as Book;
 use ledger_core::limits::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
 use ledger_core::posting::{parse_posting_id, validate_idempotency_key, PostRequest, VoidRequest};
 use ledger_core::record::{rfc3339, AppliedAsOf, AsOf, Balance, Decided, Posting};
@@ -32,6 +34,8 @@ pub struct Ledger {
     page_key: Vec<u8>,
     /// Hot standbys for as-of reads (`--replica-url`; none by default).
     replicas: Arc<Replicas>,
+    /// Ledgers by code, as found (they never change).
+    ledgers: ledgers::Directory,
 }
 
 /// A storage failure as `UNAVAILABLE`, whatever it was (no connection to be had: the caller
@@ -77,6 +81,7 @@ impl Ledger {
             accounts,
             page_key,
             replicas,
+            ledgers: ledgers::Directory::default(),
         })
     }
 
@@ -89,9 +94,10 @@ impl Ledger {
         self.pool.get().await.map_err(|e| unavailable(e.into()))
     }
 
-    /// Creates an account, or finds the identical one (`created = false`).
+    /// Creates an account in `book`, or finds the identical one (`created = false`).
     pub async fn create_account(
         &self,
+        book: &Book,
         code: &str,
         currency: &str,
         scale: u32,
@@ -108,7 +114,7 @@ impl Ledger {
             metadata,
         )?;
         let mut client = self.client().await?;
-        match storage::accounts::create(&mut client, &new)
+        match storage::accounts::create(&mut client, book.id, &new)
             .await
             .map_err(StorageError::into_ledger_error)?
         {
@@ -132,10 +138,17 @@ impl Ledger {
         }
     }
 
-    /// Accounts by code, through the account cache; missing codes are absent from the map,
-    /// and an account whose row cannot be read is its refusal (`JOURNAL_CORRUPT`).
-    async fn accounts(&self, codes: &[String]) -> Result<HashMap<String, Account>, LedgerError> {
-        let found = storage::accounts::get_or_load(&self.accounts, codes, |missing| async move {
+    /// Accounts of `book` by code, through the account cache; missing codes (an account of
+    /// another ledger is missing) are absent from the map, and an account whose row cannot be
+    /// read is its refusal (`JOURNAL_CORRUPT`).
+    async fn accounts(
+        &self,
+        book: &Book,
+        codes: &[String],
+    ) -> Result<HashMap<String, Account>, LedgerError> {
+        let keys: Vec<(ledger_core::ledger::LedgerId, String)> =
+            codes.iter().map(|c| (book.id, c.clone())).collect();
+        let found = storage::accounts::get_or_load(&self.accounts, &keys, |missing| async move {
             let client = self.pool.get().await?;
             storage::accounts::rows_by_code(&client, &missing).await
         })
@@ -143,14 +156,14 @@ impl Ledger {
         .map_err(StorageError::into_ledger_error)?;
         found
             .into_iter()
-            .map(|(code, a)| a.map(|a| (code, a)))
+            .map(|((_, code), a)| a.map(|a| (code, a)))
             .collect()
     }
 
-    /// One account by code.
-    pub async fn get_account(&self, code: &str) -> Result<Account, LedgerError> {
+    /// One account of `book` by code.
+    pub async fn get_account(&self, book: &Book, code: &str) -> Result<Account, LedgerError> {
         validate_code(code)?;
-        self.accounts(&[code.to_owned()])
+        self.accounts(book, &[code.to_owned()])
             .await?
             .remove(code)
             .ok_or_else(|| {
@@ -162,57 +175,82 @@ impl Ledger {
             })
     }
 
-    /// Records a posting, or returns the decision already made for its key.
-    pub async fn post(&self, caller: &str, req: PostRequest) -> Result<Decided, LedgerError> {
+    /// Records a posting in `book`, or returns the decision already made for its key.
+    pub async fn post(
+        &self,
+        book: &Book,
+        caller: &str,
+        req: PostRequest,
+    ) -> Result<Decided, LedgerError> {
         let codes = req.check_shape()?;
-        let accounts = self.accounts(&codes).await?;
+        let accounts = self.accounts(book, &codes).await?;
         let valid = req.validate(&accounts)?;
         self.writer
-            .submit(caller.to_owned(), Command::Post(valid))
+            .submit(book.id, caller.to_owned(), Command::Post(valid))
             .await
     }
 
-    /// Records the compensating posting of an earlier one.
-    pub async fn void(&self, caller: &str, req: VoidRequest) -> Result<Decided, LedgerError> {
+    /// Records the compensating posting of an earlier one (of the same ledger).
+    pub async fn void(
+        &self,
+        book: &Book,
+        caller: &str,
+        req: VoidRequest,
+    ) -> Result<Decided, LedgerError> {
         let valid = req.validate()?;
         self.writer
-            .submit(caller.to_owned(), Command::Void(valid))
+            .submit(book.id, caller.to_owned(), Command::Void(valid))
             .await
     }
 
     /// Captures a hold: moves all of it or less, releases the rest, closes it. The writer's
     /// lane checks it against the hold (read for the whole batch at once).
-    pub async fn capture(&self, caller: &str, req: CaptureRequest) -> Result<Decided, LedgerError> {
+    pub async fn capture(
+        &self,
+        book: &Book,
+        caller: &str,
+        req: CaptureRequest,
+    ) -> Result<Decided, LedgerError> {
         let (hold, codes) = req.check_shape()?;
-        let accounts = self.accounts(&codes).await?;
+        let accounts = self.accounts(book, &codes).await?;
         self.writer
-            .submit_capture(caller.to_owned(), hold, req, accounts)
+            .submit_capture(book.id, caller.to_owned(), hold, req, accounts)
             .await
     }
 
-    /// A posting by id, as it is now.
-    async fn posting(&self, id: uuid::Uuid) -> Result<Posting, LedgerError> {
+    /// A posting of `book` by id, as it is now.
+    async fn posting(&self, book: &Book, id: uuid::Uuid) -> Result<Posting, LedgerError> {
         let client = self.client().await?;
-        storage::read::posting_by_id(&client, id)
+        storage::read::posting_by_id(&client, book.id, id)
             .await
             .map_err(StorageError::into_ledger_error)?
             .ok_or_else(|| ledger_core::posting::posting_not_found(id))
     }
 
     /// A posting by id, at a cut-off.
-    pub async fn get_posting(&self, posting_id: &str, as_of: AsOf) -> Result<Posting, LedgerError> {
+    pub async fn get_posting(
+        &self,
+        book: &Book,
+        posting_id: &str,
+        as_of: AsOf,
+    ) -> Result<Posting, LedgerError> {
         let id = parse_posting_id(posting_id)?;
-        let p = self.posting(id).await?;
-        self.at_cut_off(p, as_of).await
+        let p = self.posting(book, id).await?;
+        self.at_cut_off(book, p, as_of).await
     }
 
     /// `p` as the journal showed it at the cut-off (its void, the state of a hold): none
     /// asked, as it is now; recorded after the cut-off, not found.
-    async fn at_cut_off(&self, p: Posting, as_of: AsOf) -> Result<Posting, LedgerError> {
+    async fn at_cut_off(
+        &self,
+        book: &Book,
+        p: Posting,
+        as_of: AsOf,
+    ) -> Result<Posting, LedgerError> {
         if as_of == AsOf::default() {
             return Ok(p);
         }
-        let at = self.resolve(as_of).await?;
+        let at = self.resolve(book, as_of).await?;
         if p.sequence > at.sequence {
             return Err(LedgerError::new(
                 Reason::PostingNotFound,
@@ -221,7 +259,7 @@ impl Ledger {
                     p.posting_id,
                     rfc3339(p.recorded_at),
                     rfc3339(at.recorded_at),
-                    at.sequence
+                    ledger_core::ledger::in_ledger(at.sequence as i64)
                 ),
             )
             .with("posting_id", p.posting_id));
@@ -236,18 +274,19 @@ impl Ledger {
     /// A posting by the caller's idempotency key (a key decided as a rejection answers with it).
     pub async fn get_posting_by_key(
         &self,
+        book: &Book,
         caller: &str,
         key: &str,
         as_of: AsOf,
     ) -> Result<Posting, LedgerError> {
         validate_idempotency_key(key)?;
         let client = self.client().await?;
-        let found = storage::read::posting_by_key(&client, caller, key)
+        let found = storage::read::posting_by_key(&client, book.id, caller, key)
             .await
             .map_err(StorageError::into_ledger_error)?;
         drop(client);
         match found {
-            Some(Ok(p)) => self.at_cut_off(p, as_of).await,
+            Some(Ok(p)) => self.at_cut_off(book, p, as_of).await,
             Some(Err(rejected)) => Err(LedgerError::new(
                 Reason::PostingNotFound,
                 format!("idempotency key {key:?} made no posting: it was rejected with {rejected}"),
@@ -261,16 +300,25 @@ impl Ledger {
         }
     }
 
-    pub(crate) async fn resolve(&self, as_of: AsOf) -> Result<AppliedAsOf, LedgerError> {
+    pub(crate) async fn resolve(
+        &self,
+        book: &Book,
+        as_of: AsOf,
+    ) -> Result<AppliedAsOf, LedgerError> {
         let mut client = self.client().await?;
-        storage::read::resolve_as_of(&mut client, as_of)
+        storage::read::resolve_as_of(&mut client, book.id, as_of)
             .await
             .map_err(StorageError::into_ledger_error)?
     }
 
     /// An account's balance at a cut-off.
-    pub async fn get_balance(&self, account: &str, as_of: AsOf) -> Result<Balance, LedgerError> {
-        let account = self.get_account(account).await?;
+    pub async fn get_balance(
+        &self,
+        book: &Book,
+        account: &str,
+        as_of: AsOf,
+    ) -> Result<Balance, LedgerError> {
+        let account = self.get_account(book, account).await?;
         let read = replicas::at_read(move |c, at| {
             let account = account.clone();
             Box::pin(async move {
@@ -279,7 +327,7 @@ impl Ledger {
                     .map_err(StorageError::into_ledger_error)
             })
         });
-        let (_, mut b) = self.read_at(Cut::Requested(as_of), read).await?;
+        let (_, mut b) = self.read_at(book, Cut::Requested(as_of), read).await?;
         Ok(b.pop().expect("one balance"))
     }
 }

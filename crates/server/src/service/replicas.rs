@@ -103,7 +103,7 @@ async fn probe(replicas: std::sync::Weak<Replicas>, primary: Pool) {
         let limit = r.tuning.connect_timeout;
         let head = tokio::time::timeout(limit, async {
             let c = primary.get().await.map_err(storage::StorageError::from)?;
-            replica::replayed_sequence(&c).await
+            replica::replayed(&c).await.map(|r| r.last_sequence)
         })
         .await;
         let head = head.ok().and_then(Result::ok);
@@ -136,6 +136,7 @@ impl Ledger {
     /// the primary (so `read` may run twice). Returns the applied cut-off with the answer.
     pub(crate) async fn read_at<T, F>(
         &self,
+        book: &ledger_core::ledger::Ledger,
         cut: Cut,
         read: F,
     ) -> Result<(AppliedAsOf, T), LedgerError>
@@ -145,14 +146,14 @@ impl Ledger {
     {
         let cut = match cut {
             Cut::Requested(as_of) if as_of.recorded_at.is_none() => {
-                Cut::Applied(self.resolve(as_of).await?)
+                Cut::Applied(self.resolve(book, as_of).await?)
             }
             other => other,
         };
         if let Some(standby) = self.replicas.pick() {
             let limit = self.replicas.tuning.read_timeout;
             let name = standby.pool.name.as_str();
-            match tokio::time::timeout(limit, on_standby(standby, cut, &read)).await {
+            match tokio::time::timeout(limit, on_standby(standby, book.id, cut, &read)).await {
                 Ok(Ok(Some(answer))) => {
                     crate::metrics::read_served("standby", Some(name), None);
                     return Ok(answer);
@@ -172,7 +173,7 @@ impl Ledger {
             crate::metrics::read_served("primary", None, None);
         }
         let at = match cut {
-            Cut::Requested(as_of) => self.resolve(as_of).await?,
+            Cut::Requested(as_of) => self.resolve(book, as_of).await?,
             Cut::Applied(at) => at,
         };
         let client = self.client().await?;
@@ -194,6 +195,7 @@ fn standby_sample(sample: Option<replica::Replayed>, head: Option<i64>) -> Stand
 /// that fails is passed over until the probe finds it well again.
 async fn on_standby<T, F>(
     standby: &Standby,
+    ledger: ledger_core::ledger::LedgerId,
     cut: Cut,
     read: &F,
 ) -> Result<Option<(AppliedAsOf, T)>, LedgerError>
@@ -212,11 +214,11 @@ where
         .await
         .map_err(|e| passed_over(e.into()))?;
     let at = match cut {
-        Cut::Requested(as_of) => storage::read::resolve_replayed(&client, as_of)
+        Cut::Requested(as_of) => storage::read::resolve_replayed(&client, ledger, as_of)
             .await
             .map_err(passed_over)?,
         Cut::Applied(at) => {
-            let replayed = replica::replayed_sequence(&client)
+            let replayed = replica::replayed_sequence(&client, ledger)
                 .await
                 .map_err(passed_over)?;
             (replayed >= at.sequence as i64).then_some(at)

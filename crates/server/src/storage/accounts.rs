@@ -3,6 +3,7 @@
 use super::StorageError;
 use deadpool_postgres::GenericClient;
 use ledger_core::account::AccountCache;
+use ledger_core::ledger::LedgerId;
 use ledger_core::{Account, LedgerError, Metadata, NewAccount, NormalBalance};
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -12,7 +13,7 @@ use tokio_postgres::Row;
 
 /// The columns [`account_from_row`] reads, of `accounts` aliased `a` (the one list of them).
 pub(crate) const ACCOUNT_COLUMNS: &str =
-    "a.account_id, a.code, a.currency, a.scale, a.normal_balance, a.allow_negative, a.metadata, a.created_at";
+    "a.account_id, a.ledger_id, a.code, a.currency, a.scale, a.normal_balance, a.allow_negative, a.metadata, a.created_at";
 
 fn normal_to_sql(n: NormalBalance) -> &'static str {
     match n {
@@ -43,6 +44,7 @@ pub(crate) fn account_from_row(row: &Row) -> Result<Account, StorageError> {
         .map_err(|e| StorageError::corrupt_account(&code, e))?;
     Ok(Account {
         id: row.get("account_id"),
+        ledger: row.get("ledger_id"),
         code,
         currency: row.get("currency"),
         scale,
@@ -90,15 +92,16 @@ pub enum Created {
 /// (the UNIQUE constraint on `code` decides races).
 pub async fn create(
     client: &mut deadpool_postgres::Client,
+    ledger: LedgerId,
     a: &NewAccount,
 ) -> Result<Created, StorageError> {
     let tx = client.transaction().await?;
     let row = tx
         .query_opt(
             &format!(
-                "INSERT INTO accounts AS a (code, currency, scale, normal_balance, allow_negative, metadata)
-                 VALUES ($1, $2, $3, $4, $5, $6)
-                 ON CONFLICT (code) DO NOTHING RETURNING {ACCOUNT_COLUMNS}"
+                "INSERT INTO accounts AS a (ledger_id, code, currency, scale, normal_balance, allow_negative, metadata)
+                 VALUES ($7, $1, $2, $3, $4, $5, $6)
+                 ON CONFLICT (ledger_id, code) DO NOTHING RETURNING {ACCOUNT_COLUMNS}"
             ),
             &[
                 &a.code,
@@ -107,6 +110,7 @@ pub async fn create(
                 &normal_to_sql(a.normal_balance),
                 &a.allow_negative,
                 &metadata_to_json(&a.metadata),
+                &ledger,
             ],
         )
         .await?;
@@ -124,7 +128,7 @@ pub async fn create(
         }
         None => {
             drop(tx);
-            let existing = get(&*client, &a.code)
+            let existing = get(&*client, ledger, &a.code)
                 .await?
                 .expect("an account that conflicted on code exists");
             Ok(Created::Existing(existing))
@@ -133,11 +137,17 @@ pub async fn create(
 }
 
 /// One account by code.
-pub async fn get(client: &impl GenericClient, code: &str) -> Result<Option<Account>, StorageError> {
+pub async fn get(
+    client: &impl GenericClient,
+    ledger: LedgerId,
+    code: &str,
+) -> Result<Option<Account>, StorageError> {
     let row = client
         .query_opt(
-            &format!("SELECT {ACCOUNT_COLUMNS} FROM accounts a WHERE a.code = $1"),
-            &[&code],
+            &format!(
+                "SELECT {ACCOUNT_COLUMNS} FROM accounts a WHERE a.ledger_id = $2 AND a.code = $1"
+            ),
+            &[&code, &ledger],
         )
         .await?;
     row.as_ref().map(account_from_row).transpose()
@@ -146,12 +156,13 @@ pub async fn get(client: &impl GenericClient, code: &str) -> Result<Option<Accou
 /// The accounts among `codes` that exist.
 pub async fn get_many(
     client: &impl GenericClient,
+    ledger: LedgerId,
     codes: &[String],
 ) -> Result<Vec<Account>, StorageError> {
     let rows = client
         .query(
-            &format!("SELECT {ACCOUNT_COLUMNS} FROM accounts a WHERE a.code = ANY($1)"),
-            &[&codes],
+            &format!("SELECT {ACCOUNT_COLUMNS} FROM accounts a WHERE a.ledger_id = $2 AND a.code = ANY($1)"),
+            &[&codes, &ledger],
         )
         .await?;
     rows.iter().map(account_from_row).collect()
@@ -160,6 +171,7 @@ pub async fn get_many(
 /// Accounts whose code starts with `prefix`, in code order, after `after` (exclusive).
 pub async fn list(
     client: &impl GenericClient,
+    ledger: LedgerId,
     prefix: &str,
     after: Option<&str>,
     limit: i64,
@@ -168,10 +180,10 @@ pub async fn list(
         .query(
             &format!(
                 "SELECT {ACCOUNT_COLUMNS} FROM accounts a
-                 WHERE starts_with(a.code, $1) AND ($2::text IS NULL OR a.code > $2)
+                 WHERE a.ledger_id = $4 AND starts_with(a.code, $1) AND ($2::text IS NULL OR a.code > $2)
                  ORDER BY a.code LIMIT $3"
             ),
-            &[&prefix, &after, &limit],
+            &[&prefix, &after, &limit, &ledger],
         )
         .await?;
     rows.iter().map(account_from_row).collect()
@@ -195,13 +207,13 @@ impl AccountKey for i64 {
     }
 }
 
-impl AccountKey for String {
+impl AccountKey for (LedgerId, String) {
     fn cached(&self, cache: &AccountCache) -> Option<Account> {
-        cache.by_code(self).cloned()
+        cache.by_code(self.0, &self.1).cloned()
     }
 
-    fn of_row(row: &Row) -> String {
-        row.get("code")
+    fn of_row(row: &Row) -> (LedgerId, String) {
+        (row.get("ledger_id"), row.get("code"))
     }
 }
 
@@ -254,14 +266,24 @@ where
     Ok(found)
 }
 
-/// The rows of the accounts among `codes`, for [`get_or_load`].
+/// The rows of the accounts among `keys` (all of one ledger), for [`get_or_load`].
 pub async fn rows_by_code(
     client: &impl GenericClient,
-    codes: &[String],
+    keys: &[(LedgerId, String)],
 ) -> Result<Vec<Row>, StorageError> {
-    let sql = format!("SELECT {ACCOUNT_COLUMNS} FROM accounts a WHERE a.code = ANY($1)");
+    let Some(&(ledger, _)) = keys.first() else {
+        return Ok(Vec::new());
+    };
+    assert!(
+        keys.iter().all(|k| k.0 == ledger),
+        "account codes of one ledger"
+    );
+    let codes: Vec<&str> = keys.iter().map(|k| k.1.as_str()).collect();
+    let sql = format!(
+        "SELECT {ACCOUNT_COLUMNS} FROM accounts a WHERE a.ledger_id = $2 AND a.code = ANY($1)"
+    );
     let st = client.prepare_cached(&sql).await?;
-    Ok(client.query(&st, &[&codes]).await?)
+    Ok(client.query(&st, &[&codes, &ledger]).await?)
 }
 
 /// The rows of the accounts among `ids`, each looked up on its primary key, for

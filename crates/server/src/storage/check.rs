@@ -81,16 +81,25 @@ const CHECKS: &[(&str, &str)] = &[
                                                              ELSE e.credits_after - e.debits_after END < 0",
     ),
     (
-        "sequence is gapless from 1 and matches the ledger state",
-        "SELECT format('postings: %s rows, sequences %s..%s; ledger_state.last_sequence %s', c.n, c.lo, c.hi, s.last_sequence)
-         FROM (SELECT count(*) AS n, coalesce(min(sequence), 1) AS lo, coalesce(max(sequence), 0) AS hi FROM postings) c,
-              ledger_state s
-         WHERE c.lo <> 1 OR c.hi <> c.n OR s.last_sequence <> c.hi",
+        "each ledger's sequence is gapless from 1 and matches its state",
+        "SELECT format('ledger %s: %s postings, sequences %s..%s; ledger_state.last_sequence %s (of ledger %s)', l.code,
+                coalesce(c.n, 0), coalesce(c.lo, 1), coalesce(c.hi, 0), s.last_sequence & 1099511627775, s.last_sequence >> 40)
+         FROM ledgers l LEFT JOIN ledger_state s USING (ledger_id)
+         LEFT JOIN (SELECT ledger_id, count(*) AS n, min(sequence & 1099511627775) AS lo,
+                           max(sequence & 1099511627775) AS hi
+                    FROM postings GROUP BY ledger_id) c USING (ledger_id)
+         WHERE s.ledger_id IS NULL OR coalesce(c.lo, 1) <> 1 OR coalesce(c.hi, 0) <> coalesce(c.n, 0)
+            OR s.last_sequence <> (l.ledger_id::bigint << 40) + coalesce(c.hi, 0)
+         UNION ALL
+         SELECT format('%s postings of ledger id %s, which does not exist', count(*), p.ledger_id)
+         FROM postings p WHERE NOT EXISTS (SELECT 1 FROM ledgers l WHERE l.ledger_id = p.ledger_id)
+         GROUP BY p.ledger_id",
     ),
     (
         "recorded_at strictly increases with sequence, and legs carry their posting's times",
         "SELECT format('posting %s recorded %s, previous %s', sequence, recorded_at, prev)
-         FROM (SELECT sequence, recorded_at, lag(recorded_at) OVER (ORDER BY sequence) AS prev FROM postings) x
+         FROM (SELECT sequence, recorded_at, lag(recorded_at) OVER (PARTITION BY ledger_id ORDER BY sequence) AS prev
+               FROM postings) x
          WHERE prev >= recorded_at
          UNION ALL
          SELECT format('posting %s leg %s has times %s/%s, posting %s/%s', p.sequence, e.leg_index, e.recorded_at, e.effective_at, p.recorded_at, p.effective_at)
@@ -123,11 +132,24 @@ const CHECKS: &[(&str, &str)] = &[
          SELECT format('posting %s has no claimed key (%s, %s) numbered %s', p.sequence, p.caller, p.idempotency_key, p.key_id)
          FROM postings p WHERE NOT EXISTS (
            SELECT 1 FROM idempotency_keys k
-           WHERE k.key_id = p.key_id AND k.caller = p.caller AND k.idempotency_key = p.idempotency_key)
+           WHERE k.key_id = p.key_id AND k.ledger_id = p.ledger_id AND k.caller = p.caller
+             AND k.idempotency_key = p.idempotency_key)
          UNION ALL
-         SELECT format('rejection of (%s, %s) has no claimed key', r.caller, r.idempotency_key)
+         SELECT format('rejection of (%s, %s) in ledger id %s has no claimed key', r.caller, r.idempotency_key, r.ledger_id)
          FROM rejections r WHERE NOT EXISTS (
-           SELECT 1 FROM idempotency_keys k WHERE k.caller = r.caller AND k.idempotency_key = r.idempotency_key)",
+           SELECT 1 FROM idempotency_keys k
+           WHERE k.ledger_id = r.ledger_id AND k.caller = r.caller AND k.idempotency_key = r.idempotency_key)",
+    ),
+    (
+        "nothing crosses ledgers: a posting's legs, void and hold are of its own ledger",
+        "SELECT format('posting %s of ledger id %s: leg %s is on account %s of ledger id %s', e.sequence & 1099511627775,
+                e.sequence >> 40, e.leg_index, a.code, a.ledger_id)
+         FROM ALL_LEGS e JOIN accounts a USING (account_id) WHERE a.ledger_id <> (e.sequence >> 40)
+         UNION ALL
+         SELECT format('posting %s of ledger id %s voids or closes %s of ledger id %s', p.sequence & 1099511627775,
+                p.ledger_id, t.posting_id, t.ledger_id)
+         FROM postings p JOIN postings t ON t.posting_id IN (p.voids_posting_id, p.closes_hold_posting_id)
+         WHERE t.ledger_id <> p.ledger_id",
     ),
     (
         "no posting is voided twice",
@@ -138,17 +160,18 @@ const CHECKS: &[(&str, &str)] = &[
         "every decided key has exactly one outcome (a posting or a rejection)",
         "SELECT format('key (%s, %s): %s postings, %s rejections', k.caller, k.idempotency_key,
                 (SELECT count(*) FROM postings p WHERE p.key_id = k.key_id),
-                (SELECT count(*) FROM rejections r WHERE r.caller = k.caller AND r.idempotency_key = k.idempotency_key))
+                (SELECT count(*) FROM rejections r WHERE r.ledger_id = k.ledger_id AND r.caller = k.caller AND r.idempotency_key = k.idempotency_key))
          FROM idempotency_keys k
          WHERE (SELECT count(*) FROM postings p WHERE p.key_id = k.key_id)
-             + (SELECT count(*) FROM rejections r WHERE r.caller = k.caller AND r.idempotency_key = k.idempotency_key) <> 1",
+             + (SELECT count(*) FROM rejections r
+                WHERE r.ledger_id = k.ledger_id AND r.caller = k.caller AND r.idempotency_key = k.idempotency_key) <> 1",
     ),
     (
         "every posting has exactly one event (pending in the outbox or already delivered)",
         "SELECT format('posting %s has no event', p.sequence)
          FROM postings p
          WHERE NOT EXISTS (SELECT 1 FROM outbox o WHERE o.sequence = p.sequence)
-           AND p.sequence > ledger_published_sequence()
+           AND p.sequence > public.ledger_published_sequence(p.ledger_id)
          UNION ALL
          SELECT format('outbox row %s names posting %s but the posting is %s', o.sequence, o.posting_id, p.posting_id)
          FROM outbox o JOIN postings p USING (sequence) WHERE o.posting_id <> p.posting_id",
@@ -243,15 +266,30 @@ const ALL_LEGS_SQL: &str = "(SELECT sequence, leg_index, account_id, direction, 
 /// Examples shown per violated invariant, at most.
 pub const MAX_EXAMPLES: i64 = 5;
 
-/// Runs every check. Runs in one REPEATABLE READ, READ ONLY transaction, so all checks see one
-/// consistent snapshot even while the ledger is being written.
+/// Runs every check over every ledger. Runs in one REPEATABLE READ, READ ONLY transaction, so
+/// all checks see one consistent snapshot even while the ledger is being written.
 pub async fn run(client: &mut tokio_postgres::Client) -> Result<Vec<Finding>, StorageError> {
+    run_in(client, None).await
+}
+
+/// Runs every check over one ledger (`None`: all of them): every table the checks read shows
+/// only that ledger's rows (the views of schema `ledger_scope`, migration 0013).
+pub async fn run_in(
+    client: &mut tokio_postgres::Client,
+    ledger: Option<ledger_core::ledger::LedgerId>,
+) -> Result<Vec<Finding>, StorageError> {
     let tx = client
         .build_transaction()
         .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
         .read_only(true)
         .start()
         .await?;
+    if let Some(id) = ledger {
+        tx.batch_execute(&format!(
+            "SET LOCAL search_path = ledger_scope, public; SET LOCAL ledger.check_scope = '{id}'"
+        ))
+        .await?;
+    }
     let mut findings = Vec::new();
     for (name, sql) in CHECKS {
         let sql = sql.replace("ALL_LEGS", ALL_LEGS_SQL);

@@ -105,8 +105,8 @@ impl Fixture {
         let (hot, world) = (h.hot, h.world);
         self.db
             .batch_execute(&format!(
-                "INSERT INTO accounts (code, currency, scale, normal_balance, allow_negative, metadata)
-                   VALUES ('{hot}', 'EUR', 2, 'debit', true, '{{}}'), ('{world}', 'EUR', 2, 'credit', true, '{{}}');
+                "INSERT INTO accounts (ledger_id, code, currency, scale, normal_balance, allow_negative, metadata)
+                   VALUES (0, '{hot}', 'EUR', 2, 'debit', true, '{{}}'), (0, '{world}', 'EUR', 2, 'credit', true, '{{}}');
                  INSERT INTO account_totals SELECT account_id, 0, 0, 0, 0 FROM accounts;"
             ))
             .await?;
@@ -141,8 +141,8 @@ fn history_sql(h: &History) -> String {
                   (random() * 100)::int AS kind,
                   1 + (random() * {shift_us})::bigint AS shift
            FROM generate_series(1, {postings}) s;
-         INSERT INTO idempotency_keys (caller, idempotency_key, operation, fingerprint, decided_at)
-           SELECT 'bench', 'load-' || sequence, 'post', sha256(('load-' || sequence)::bytea), recorded_at FROM bench_p;
+         INSERT INTO idempotency_keys (ledger_id, caller, idempotency_key, operation, fingerprint, decided_at)
+           SELECT 0, 'bench', 'load-' || sequence, 'post', sha256(('load-' || sequence)::bytea), recorded_at FROM bench_p;
          INSERT INTO postings (sequence, posting_id, caller, idempotency_key, effective_at, recorded_at, memo, metadata, key_id)
            SELECT sequence, gen_random_uuid(), 'bench', 'load-' || sequence,
                   CASE WHEN kind < {pct} THEN recorded_at - shift * interval '1 microsecond'

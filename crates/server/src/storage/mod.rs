@@ -7,6 +7,7 @@ pub mod check;
 pub mod conn;
 pub mod fixture;
 pub mod holds;
+pub mod ledgers;
 pub mod migrate;
 pub mod outbox;
 pub mod read;
@@ -18,9 +19,11 @@ use std::fmt;
 
 pub use migrate::migrate;
 
-/// Advisory lock serializing the writers of the ledger (transaction-scoped, exclusive for a
-/// batch, shared for a moment by readers that fence a cut-off).
-pub const LEDGER_WRITE_LOCK: i64 = 0x4c45_4447_0001;
+/// The class of the advisory locks serializing the writers of each ledger: the lock of ledger
+/// L is the two-key lock (LEDGER_LOCK_CLASS, L) (transaction-scoped, exclusive for a batch,
+/// shared for a moment by readers that fence a cut-off of that ledger). A batch writes one
+/// ledger, so it holds one of them, never two.
+pub const LEDGER_LOCK_CLASS: i32 = 0x4c45_4447;
 /// Advisory lock held while migrating.
 pub const MIGRATION_LOCK: i64 = 0x4c45_4447_0002;
 /// Advisory lock electing the one active outbox publisher.
@@ -138,11 +141,29 @@ impl StorageError {
         }
     }
 
-    /// A posting (its head or its legs) read back broken.
+    /// A posting (its head or its legs) read back broken; `sequence` is stored (it names the
+    /// ledger), the caller is told the sequence in that ledger.
     pub fn corrupt_posting(sequence: i64, detail: impl Into<String>) -> StorageError {
+        let (ledger, n) = (
+            ledger_core::ledger::of_sequence(sequence),
+            ledger_core::ledger::in_ledger(sequence),
+        );
+        let row = match ledger {
+            ledger_core::ledger::DEFAULT_LEDGER_ID => format!("posting of sequence {n}"),
+            id => format!("posting of sequence {n} of ledger id {id}"),
+        };
         StorageError::Corrupt {
-            row: format!("posting of sequence {sequence}"),
-            sequence: Some(sequence),
+            row,
+            sequence: Some(n),
+            detail: detail.into(),
+        }
+    }
+
+    /// A ledger row read back broken.
+    pub fn corrupt_ledger(code: &str, detail: impl Into<String>) -> StorageError {
+        StorageError::Corrupt {
+            row: format!("ledger {code:?}"),
+            sequence: None,
             detail: detail.into(),
         }
     }
@@ -338,11 +359,10 @@ pub async fn connect(database_url: &str) -> Result<tokio_postgres::Client, Stora
 mod tests {
     #[test]
     fn the_lock_holder_script_samples_the_ledgers_write_lock() {
-        // pg_locks shows a bigint advisory key as its high and low 32 bits.
-        let classid = (super::LEDGER_WRITE_LOCK >> 32) as u32;
-        let objid = (super::LEDGER_WRITE_LOCK & 0xffff_ffff) as u32;
+        // pg_locks shows a two-key advisory lock as classid, objid and objsubid 2.
+        let classid = super::LEDGER_LOCK_CLASS as u32;
         let script = include_str!("../../../../bench/lock-holder.sql");
-        let filter = format!("l.classid = {classid} AND l.objid = {objid} AND l.objsubid = 1");
+        let filter = format!("l.classid = {classid} AND l.objsubid = 2");
         assert!(
             script.contains(&filter),
             "bench/lock-holder.sql must filter on {filter}"

@@ -86,7 +86,8 @@ pub fn replica_pool(
 /// What a database has replayed (a standby) or committed (the primary).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Replayed {
-    /// Its copy of the ledger's last committed batch.
+    /// Postings in its copy of the journal (every ledger's last sequence, summed): what the
+    /// replay lag in sequences is counted in.
     pub last_sequence: i64,
     pub in_recovery: bool,
     /// Seconds since the last transaction it replayed was committed on the primary, 0 when it
@@ -98,12 +99,13 @@ pub struct Replayed {
 pub async fn replayed(client: &impl GenericClient) -> Result<Replayed, StorageError> {
     let row = client
         .query_one(
-            "SELECT s.last_sequence, pg_is_in_recovery() AS in_recovery,
+            "SELECT (SELECT coalesce(sum(last_sequence & 1099511627775), 0)::bigint FROM ledger_state)
+                      AS last_sequence,
+                    pg_is_in_recovery() AS in_recovery,
                     CASE WHEN NOT pg_is_in_recovery() THEN NULL
                          WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0.0
                          ELSE extract(epoch FROM now() - pg_last_xact_replay_timestamp())::float8
-                    END AS lag_seconds
-             FROM ledger_state s WHERE s.ledger_id = 0",
+                    END AS lag_seconds",
             &[],
         )
         .await?;
@@ -114,11 +116,15 @@ pub async fn replayed(client: &impl GenericClient) -> Result<Replayed, StorageEr
     })
 }
 
-/// The last sequence this database has (replayed): a read at a cut-off whose sequence is at
-/// most this has, in every later snapshot of this database, every leg it counts.
-pub async fn replayed_sequence(client: &impl GenericClient) -> Result<i64, StorageError> {
+/// The last (stored) sequence of ledger `ledger` this database has (replayed): a read at a
+/// cut-off of that ledger whose sequence is at most this has, in every later snapshot of this
+/// database, every leg it counts.
+pub async fn replayed_sequence(
+    client: &impl GenericClient,
+    ledger: ledger_core::ledger::LedgerId,
+) -> Result<i64, StorageError> {
     let stmt = client
-        .prepare_cached("SELECT last_sequence FROM ledger_state WHERE ledger_id = 0")
+        .prepare_cached("SELECT last_sequence FROM ledger_state WHERE ledger_id = $1")
         .await?;
-    Ok(client.query_one(&stmt, &[]).await?.get(0))
+    Ok(client.query_one(&stmt, &[&ledger]).await?.get(0))
 }

@@ -17,6 +17,7 @@ use crate::storage::{self, batch};
 use crate::storage::{Pool, StorageError};
 use ledger_core::account::AccountCache;
 use ledger_core::hold::CaptureRequest;
+use ledger_core::ledger::LedgerId;
 use ledger_core::write::{
     admit, decide, named_by, Outcome, PendingCapture, Queued, Rounds, WriteRequest,
 };
@@ -98,6 +99,7 @@ type JobReply = oneshot::Sender<Result<Vec<Outcome>, LedgerError>>;
 /// What one caller submitted: one request (`Post`, `Void`, `Capture`) or a call's requests
 /// (`PostBatch`, an expiry round), which stay together from the queue to the answer.
 struct Job {
+    ledger: LedgerId,
     requests: Vec<Queued>,
     reply: JobReply,
 }
@@ -157,8 +159,13 @@ impl Writer {
 
     /// Submits one request and waits for its decision. A void's target must exist, which the
     /// lane checks before the batch (`POSTING_NOT_FOUND`, binding nothing).
-    pub async fn submit(&self, caller: String, command: ledger_core::write::Command) -> Outcome {
-        self.submit_one(Queued::Ready(WriteRequest { caller, command }))
+    pub async fn submit(
+        &self,
+        ledger: LedgerId,
+        caller: String,
+        command: ledger_core::write::Command,
+    ) -> Outcome {
+        self.submit_one(ledger, Queued::Ready(WriteRequest { caller, command }))
             .await
     }
 
@@ -168,22 +175,26 @@ impl Writer {
     /// state.
     pub async fn submit_capture(
         &self,
+        ledger: LedgerId,
         caller: String,
         hold: uuid::Uuid,
         request: CaptureRequest,
         accounts: HashMap<String, Account>,
     ) -> Outcome {
-        self.submit_one(Queued::Capture(Box::new(PendingCapture {
-            caller,
-            hold,
-            request,
-            accounts,
-        })))
+        self.submit_one(
+            ledger,
+            Queued::Capture(Box::new(PendingCapture {
+                caller,
+                hold,
+                request,
+                accounts,
+            })),
+        )
         .await
     }
 
-    async fn submit_one(&self, request: Queued) -> Outcome {
-        let mut outcomes = self.enqueue(vec![request]).await?;
+    async fn submit_one(&self, ledger: LedgerId, request: Queued) -> Outcome {
+        let mut outcomes = self.enqueue(ledger, vec![request]).await?;
         outcomes.pop().expect("one outcome for one request")
     }
 
@@ -193,6 +204,7 @@ impl Writer {
     /// may then be assumed).
     pub async fn submit_all(
         &self,
+        ledger: LedgerId,
         caller: &str,
         commands: Vec<ledger_core::write::Command>,
     ) -> Result<Vec<Outcome>, LedgerError> {
@@ -208,11 +220,15 @@ impl Writer {
                 })
             })
             .collect();
-        self.enqueue(requests).await
+        self.enqueue(ledger, requests).await
     }
 
     /// Queues one job if the queue has room for all its requests, and waits for its answer.
-    async fn enqueue(&self, requests: Vec<Queued>) -> Result<Vec<Outcome>, LedgerError> {
+    async fn enqueue(
+        &self,
+        ledger: LedgerId,
+        requests: Vec<Queued>,
+    ) -> Result<Vec<Outcome>, LedgerError> {
         let n = requests.len();
         let admitted = u32::try_from(n)
             .map_err(|_| TryAcquireError::NoPermits)
@@ -222,7 +238,15 @@ impl Writer {
             Err(_) => return Err(self.full(n)),
         }
         let (reply, answer) = oneshot::channel();
-        if self.queue.send(Job { requests, reply }).is_err() {
+        if self
+            .queue
+            .send(Job {
+                ledger,
+                requests,
+                reply,
+            })
+            .is_err()
+        {
             self.room.add_permits(n);
             return Err(LedgerError::unavailable("the writer has stopped"));
         }
@@ -286,15 +310,15 @@ impl Lane {
         // and no pool check per batch); after a failed batch it takes a fresh one.
         let mut conn: Option<crate::storage::Conn> = None;
         loop {
-            if !self.take(&mut requests, &mut replies).await {
+            let Some(ledger) = self.take(&mut requests, &mut replies).await else {
                 return;
-            }
+            };
             if requests.is_empty() {
                 continue;
             }
             let n = requests.len();
             let result = self
-                .apply_on(&mut conn, std::mem::take(&mut requests))
+                .apply_on(&mut conn, ledger, std::mem::take(&mut requests))
                 .await;
             if let Some(o) = &self.observer {
                 o(n, result.is_ok());
@@ -307,8 +331,13 @@ impl Lane {
     /// larger than that alone is taken whole), leaving out callers that gave up (deadline,
     /// cancel) before the write. A job that would pass `batch_max` is held for the next batch.
     /// An extra lane (with a gate) takes a batch only while the queue is deep. `false` once
-    /// every handle is dropped.
-    async fn take(&self, requests: &mut Vec<Queued>, replies: &mut Vec<(JobReply, usize)>) -> bool {
+    /// every handle is dropped. The batch's jobs are of one ledger (the first job's, which
+    /// is returned); `None` once every handle is dropped.
+    async fn take(
+        &self,
+        requests: &mut Vec<Queued>,
+        replies: &mut Vec<(JobReply, usize)>,
+    ) -> Option<LedgerId> {
         let mut inbox = self.queue.lock().await;
         if let Some(gate) = &self.gate {
             while queued(&self.room, self.tuning.queue_max) < EXTRA_LANE_MIN_QUEUE {
@@ -319,24 +348,22 @@ impl Lane {
         }
         let first = match inbox.held.take() {
             Some(job) => job,
-            None => match inbox.rx.recv().await {
-                Some(job) => job,
-                None => return false,
-            },
+            None => inbox.rx.recv().await?,
         };
         // Requests taken from the queue (callers that gave up count too).
         let mut taken = first.requests.len();
+        let ledger = first.ledger;
         self.keep(first, requests, replies);
         while taken < self.tuning.batch_max {
             let Ok(job) = inbox.rx.try_recv() else { break };
-            if taken + job.requests.len() > self.tuning.batch_max {
+            if job.ledger != ledger || taken + job.requests.len() > self.tuning.batch_max {
                 inbox.held = Some(job);
                 break;
             }
             taken += job.requests.len();
             self.keep(job, requests, replies);
         }
-        true
+        Some(ledger)
     }
 
     /// A job taken from the queue: its room is given back, and its requests join the batch
@@ -355,6 +382,7 @@ impl Lane {
     async fn apply_on(
         &self,
         conn: &mut Option<crate::storage::Conn>,
+        ledger: LedgerId,
         requests: Vec<Queued>,
     ) -> Result<Vec<Outcome>, StorageError> {
         let client = match conn.take() {
@@ -362,7 +390,7 @@ impl Lane {
             None => self.pool.get().await?,
         };
         let limit = self.tuning.batch_timeout;
-        let applied = apply_checked(&client, requests, &self.accounts);
+        let applied = apply_checked(&client, ledger, requests, &self.accounts);
         match tokio::time::timeout(limit, applied).await {
             Ok(r) => {
                 if r.is_ok() {
@@ -408,10 +436,11 @@ fn answer(replies: &mut Vec<(JobReply, usize)>, result: Result<Vec<Outcome>, Sto
 /// caller must be told `UNAVAILABLE`.
 async fn apply_checked(
     client: &crate::storage::Conn,
+    ledger: LedgerId,
     queued: Vec<Queued>,
     accounts: &RwLock<AccountCache>,
 ) -> Result<Vec<Outcome>, StorageError> {
-    let named = storage::read::named_postings(client, &named_by(&queued), accounts).await?;
+    let named = storage::read::named_postings(client, ledger, &named_by(&queued), accounts).await?;
     let mut rounds = Rounds::new(admit(queued, &named));
     loop {
         let (plan, clock) = {
@@ -419,7 +448,7 @@ async fn apply_checked(
                 return Ok(rounds.outcomes(Vec::new()));
             };
             let ids: Vec<uuid::Uuid> = batch.iter().map(|_| uuid::Uuid::now_v7()).collect();
-            let snapshot = match batch::load(client, &batch, accounts, &named).await {
+            let snapshot = match batch::load(client, ledger, &batch, accounts, &named).await {
                 Ok(s) => s,
                 Err(e) => {
                     batch::rollback(client).await;
@@ -444,8 +473,15 @@ async fn apply_checked(
 /// account cache of its own, for tools and tests that write a batch directly.
 pub async fn apply_alone(
     client: &crate::storage::Conn,
+    ledger: LedgerId,
     requests: &[WriteRequest],
 ) -> Result<Vec<Outcome>, StorageError> {
     let queued = requests.iter().cloned().map(Queued::Ready).collect();
-    apply_checked(client, queued, &RwLock::new(AccountCache::default())).await
+    apply_checked(
+        client,
+        ledger,
+        queued,
+        &RwLock::new(AccountCache::default()),
+    )
+    .await
 }

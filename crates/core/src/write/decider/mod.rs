@@ -12,7 +12,8 @@ mod named;
 
 use crate::account::Metadata;
 use crate::engine::{available_of, AccountState, Effect, Engine, LegEffect, Totals};
-use crate::error::LedgerError;
+use crate::error::{LedgerError, Reason};
+use crate::ledger;
 use crate::posting::{check_balanced, check_expiry, HoldTerms, Leg, ValidPost};
 use crate::record::{expired_by, CloseKind, Closes, HoldState, PostedLeg, Posting};
 use crate::write::{
@@ -177,13 +178,19 @@ pub struct Decider<'a> {
 
 impl<'a> Decider<'a> {
     /// A decider over the snapshot. Accounts whose rows cannot be (impossible totals,
-    /// expiring holds beyond what they hold) join the corrupt ones: requests touching them
-    /// are refused unbound.
+    /// expiring holds beyond what they hold) join the corrupt ones, and so do accounts of
+    /// another ledger than the batch's (`ACCOUNT_NOT_FOUND`: no posting crosses ledgers):
+    /// requests touching them are refused unbound.
     pub fn new(s: &'a Snapshot) -> Decider<'a> {
         let mut corrupt_accounts = s.corrupt_accounts.clone();
         let mut valid: Vec<(i64, AccountState)> = Vec::with_capacity(s.accounts.len());
+        let ledger = ledger::of_sequence(s.clock.last_sequence);
         for (&id, a) in &s.accounts {
             if corrupt_accounts.contains_key(&id) {
+                continue;
+            }
+            if a.account.ledger != ledger {
+                corrupt_accounts.insert(id, foreign(&a.account.code));
                 continue;
             }
             match a.check() {
@@ -395,6 +402,11 @@ impl<'a> Decider<'a> {
         Ok(posting)
     }
 
+    /// The batch's ledger: the one whose state its clock was read from.
+    pub(super) fn ledger(&self) -> ledger::LedgerId {
+        ledger::of_sequence(self.snapshot.clock.last_sequence)
+    }
+
     /// Applies the posting's effect to the totals, whole or not at all. A lapsed hold closed
     /// now (by its expiry's release) stops being lapsed as it leaves the held totals.
     fn apply(&mut self, new: &NewPosting) -> Result<Vec<LegEffect>, Refusal> {
@@ -465,6 +477,15 @@ impl<'a> Decider<'a> {
 }
 
 /// The legs that moved money, each with the account's totals after it.
+/// An account of another ledger, as a request of this one sees it: not there.
+fn foreign(code: &str) -> LedgerError {
+    LedgerError::new(
+        Reason::AccountNotFound,
+        format!("account {code:?} does not exist in the batch's ledger"),
+    )
+    .with("account", code)
+}
+
 fn planned_legs(legs: &[Leg], effects: &[LegEffect]) -> Vec<PlannedLeg> {
     legs.iter()
         .zip(effects)

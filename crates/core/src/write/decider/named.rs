@@ -6,6 +6,7 @@ use super::{swapped, unbalanced_named, Closing, Decider, NewPosting, Refusal};
 use crate::engine::{AccountState, Effect};
 use crate::error::{LedgerError, Reason};
 use crate::hold::ValidCapture;
+use crate::ledger;
 use crate::posting::{check_balanced, posting_not_found, Leg, ValidVoid};
 use crate::record::{expired_by, rfc3339, CloseKind, Closes, Posting};
 use crate::write::{Command, Snapshot};
@@ -131,12 +132,14 @@ impl<'a> Decider<'a> {
     }
 
     /// The recorded posting a request names, with its state now; one the snapshot does not
-    /// hold is `POSTING_NOT_FOUND`, unbound (the lane found it; the load did not).
+    /// hold, or one of another ledger than the batch's, is `POSTING_NOT_FOUND`, unbound (the
+    /// lane found it; the load did not).
     pub(super) fn named(&self, id: Uuid) -> Result<&'a Posting, Refusal> {
         let snapshot: &'a Snapshot = self.snapshot;
         snapshot
             .named
             .get(&id)
+            .filter(|p| ledger::of_sequence(p.sequence as i64) == self.ledger())
             .ok_or_else(|| Refusal::Unbound(posting_not_found(id)))
     }
 

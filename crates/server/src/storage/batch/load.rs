@@ -5,10 +5,11 @@ use crate::storage::accounts::{get_or_load, Found};
 use crate::storage::read::{
     direction_from_sql, postings_by_sequence, stored_rejection, with_state, TARGET_STATES_SQL,
 };
-use crate::storage::{StorageError, LEDGER_WRITE_LOCK};
+use crate::storage::{StorageError, LEDGER_LOCK_CLASS};
 use ledger_core::account::{Account, AccountCache};
 use ledger_core::amount::{parse_stored, Amount};
 use ledger_core::engine::Totals;
+use ledger_core::ledger::LedgerId;
 use ledger_core::posting::Fingerprint;
 use ledger_core::record::Posting;
 use ledger_core::write::{
@@ -29,8 +30,8 @@ use uuid::Uuid;
 const CLAIM_SQL: &str = "WITH u AS (
         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[]) WITH ORDINALITY AS u(c, k, o, f, n)),
      ins AS (
-        INSERT INTO idempotency_keys (caller, idempotency_key, operation, fingerprint, decided_at)
-        SELECT c, k, o, f, clock_timestamp() FROM u ORDER BY c, k
+        INSERT INTO idempotency_keys (ledger_id, caller, idempotency_key, operation, fingerprint, decided_at)
+        SELECT $5, c, k, o, f, clock_timestamp() FROM u ORDER BY c, k
         ON CONFLICT ON CONSTRAINT idempotency_keys_unique DO NOTHING
         RETURNING caller, idempotency_key, key_id)
      SELECT u.n, ins.key_id FROM u JOIN ins ON ins.caller = u.c AND ins.idempotency_key = u.k
@@ -41,13 +42,13 @@ const CLAIM_SQL: &str = "WITH u AS (
 const DECIDED_SQL: &str =
     "SELECT u.n, k.operation, k.fingerprint, p.sequence, r.reason, r.message, r.metadata
      FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(c, k, n)
-     JOIN idempotency_keys k ON k.caller = u.c AND k.idempotency_key = u.k
+     JOIN idempotency_keys k ON k.ledger_id = $3 AND k.caller = u.c AND k.idempotency_key = u.k
      LEFT JOIN postings p ON p.key_id = k.key_id
-     LEFT JOIN rejections r ON r.caller = u.c AND r.idempotency_key = u.k
+     LEFT JOIN rejections r ON r.ledger_id = $3 AND r.caller = u.c AND r.idempotency_key = u.k
      ORDER BY u.n";
 
 /// The ledger's last committed batch and the clock, read under the lock.
-const STATE_SQL: &str = "SELECT last_sequence, last_recorded_at, clock_timestamp() AS now FROM ledger_state WHERE ledger_id = 0 FOR UPDATE";
+const STATE_SQL: &str = "SELECT last_sequence, last_recorded_at, clock_timestamp() AS now FROM ledger_state WHERE ledger_id = $1 FOR UPDATE";
 
 /// The totals of the accounts named by the batch's posts (ids distinct).
 const TOTALS_SQL: &str =
@@ -56,7 +57,7 @@ const TOTALS_SQL: &str =
      FROM unnest($1::bigint[]) AS x(id) JOIN account_totals t ON t.account_id = x.id";
 
 /// The accounts whose rules the cache does not hold yet (sent only when there are any).
-const ACCOUNTS_SQL: &str = "SELECT a.account_id, a.code, a.currency, a.scale, a.normal_balance, a.allow_negative, a.metadata, a.created_at
+const ACCOUNTS_SQL: &str = "SELECT a.account_id, a.ledger_id, a.code, a.currency, a.scale, a.normal_balance, a.allow_negative, a.metadata, a.created_at
      FROM unnest($1::bigint[]) AS x(id) JOIN accounts a ON a.account_id = x.id";
 
 /// The legs, on the batch's accounts (`$1`, distinct), of the open holds with an expiry due
@@ -65,7 +66,7 @@ const ACCOUNTS_SQL: &str = "SELECT a.account_id, a.code, a.currency, a.scale, a.
 /// `expiring_holds`' primary key per account, whatever the statistics say.
 const EXPIRING_SQL: &str = "WITH h AS (
         SELECT greatest(clock_timestamp(), last_recorded_at) + ($2::bigint + 1) * interval '1 microsecond' AS horizon
-        FROM ledger_state WHERE ledger_id = 0)
+        FROM ledger_state WHERE ledger_id = $3)
      SELECT e.hold_posting_id, e.expires_at, e.account_id, e.direction, e.amount::text AS amount
      FROM h CROSS JOIN unnest($1::bigint[]) AS x(id)
      CROSS JOIN LATERAL (SELECT * FROM expiring_holds
@@ -89,6 +90,7 @@ struct FirstRows {
 /// means nothing of the batch may be assumed.
 pub async fn load(
     client: &deadpool_postgres::Client,
+    ledger: LedgerId,
     requests: &[WriteRequest],
     cache: &RwLock<AccountCache>,
     targets: &NamedPostings,
@@ -106,12 +108,20 @@ pub async fn load(
         .copied()
         .filter(|id| !found.rules.contains_key(id))
         .collect();
-    let (first, accounts) =
-        first_round_trip(client, requests, &firsts, (&ids, &others), cache, &voids).await?;
+    let (first, accounts) = first_round_trip(
+        client,
+        ledger,
+        requests,
+        &firsts,
+        (&ids, &others),
+        cache,
+        &voids,
+    )
+    .await?;
     found.read(accounts);
     let clock = clock_of(&first.state);
     let claimed = claimed_keys(&first.claim, firsts.len());
-    let keys = key_states(client, requests, &firsts, &claimed).await?;
+    let keys = key_states(client, ledger, requests, &firsts, &claimed).await?;
     let new_voids: Vec<Uuid> = firsts
         .iter()
         .zip(&claimed)
@@ -204,6 +214,7 @@ fn targets_now(
 /// they see every earlier batch.
 async fn first_round_trip(
     client: &deadpool_postgres::Client,
+    ledger: LedgerId,
     requests: &[WriteRequest],
     firsts: &[usize],
     (ids, others): (&[i64], &[i64]),
@@ -211,7 +222,7 @@ async fn first_round_trip(
     voids: &[Uuid],
 ) -> Result<(FirstRows, Found<i64>), StorageError> {
     let (lock_st, state_st, claim_st, totals_st, accounts_st, targets_st, expiring_st) = futures_util::try_join!(
-        client.prepare_cached("SELECT pg_advisory_xact_lock($1)"),
+        client.prepare_cached("SELECT pg_advisory_xact_lock($1, $2)"),
         client.prepare_cached(STATE_SQL),
         client.prepare_cached(CLAIM_SQL),
         client.prepare_cached(TOTALS_SQL),
@@ -232,7 +243,7 @@ async fn first_round_trip(
         .iter()
         .map(|&i| requests[i].command.fingerprint().as_slice())
         .collect();
-    let claim_params: [&(dyn ToSql + Sync); 4] = [&callers, &keys, &ops, &fps];
+    let claim_params: [&(dyn ToSql + Sync); 5] = [&callers, &keys, &ops, &fps, &ledger];
     let accounts = get_or_load(cache, others, |missing| async move {
         Ok(client.query(&accounts_st, &[&missing]).await?)
     });
@@ -242,15 +253,16 @@ async fn first_round_trip(
         }
         client.query(&targets_st, &[&voids]).await
     };
-    let lock_params: [&(dyn ToSql + Sync); 1] = [&LEDGER_WRITE_LOCK];
+    let lock_params: [&(dyn ToSql + Sync); 2] = [&LEDGER_LOCK_CLASS, &ledger];
     let totals_params: [&(dyn ToSql + Sync); 1] = [&ids];
-    let expiring_params: [&(dyn ToSql + Sync); 2] = [&ids, &(requests.len() as i64)];
+    let state_params: [&(dyn ToSql + Sync); 1] = [&ledger];
+    let expiring_params: [&(dyn ToSql + Sync); 3] = [&ids, &(requests.len() as i64), &ledger];
     let pipeline = async {
         Ok::<_, StorageError>(futures_util::try_join!(
             client.batch_execute(&BEGIN_SQL),
             client.query(&claim_st, &claim_params),
             client.execute(&lock_st, &lock_params),
-            client.query_one(&state_st, &[]),
+            client.query_one(&state_st, &state_params),
             client.batch_execute(CUSTOM_PLANS),
             client.query(&totals_st, &totals_params),
             targets,
@@ -298,6 +310,7 @@ fn claimed_keys(claim: &[Row], keys: usize) -> Vec<Option<i64>> {
 /// when the batch has keys decided earlier).
 async fn key_states(
     client: &deadpool_postgres::Client,
+    ledger: LedgerId,
     requests: &[WriteRequest],
     firsts: &[usize],
     claimed: &[Option<i64>],
@@ -320,7 +333,7 @@ async fn key_states(
             .map(|&i| requests[i].command.key())
             .collect();
         let st = client.prepare_cached(DECIDED_SQL).await?;
-        client.query(&st, &[&c, &k]).await?
+        client.query(&st, &[&c, &k, &ledger]).await?
     };
     assert_eq!(
         rows.len(),

@@ -5,6 +5,7 @@ use crate::storage::accounts::metadata_to_json;
 use crate::storage::read::direction_to_sql;
 use crate::storage::StorageError;
 use ledger_core::amount::Amount;
+use ledger_core::ledger::{self, LedgerId};
 use ledger_core::write::{Clock, Plan};
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -33,8 +34,8 @@ const EXPIRING_DELETE_SQL: &str = "DELETE FROM expiring_holds e
      WHERE e.account_id = u.a AND e.expires_at = u.t AND e.hold_posting_id = u.h";
 
 const REJECTIONS_SQL: &str =
-    "INSERT INTO rejections (caller, idempotency_key, reason, message, metadata)
-     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[])";
+    "INSERT INTO rejections (ledger_id, caller, idempotency_key, reason, message, metadata)
+     SELECT $6::integer, u.* FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[]) AS u";
 
 const OUTBOX_SQL: &str = "INSERT INTO outbox (sequence, posting_id, created_at)
      SELECT s, p, $3 FROM unnest($1::bigint[], $2::uuid[]) AS u(s, p)";
@@ -46,7 +47,7 @@ const TOTALS_UPDATE_SQL: &str = "UPDATE account_totals t SET debits = u.d::numer
      WHERE t.account_id = u.id";
 
 const STATE_UPDATE_SQL: &str =
-    "UPDATE ledger_state SET last_sequence = $1, last_recorded_at = $2 WHERE ledger_id = 0";
+    "UPDATE ledger_state SET last_sequence = $1, last_recorded_at = $2 WHERE ledger_id = $3";
 
 /// The plan as column arrays, one per column of each multi-row insert.
 #[derive(Default)]
@@ -235,7 +236,7 @@ pub async fn write(
         client.prepare_cached(EXPIRING_INSERT_SQL),
         client.prepare_cached(EXPIRING_DELETE_SQL),
     )?;
-    let counts = send(client, &c, plan, st).await?;
+    let counts = send(client, &c, plan, clock, st).await?;
     assert_eq!(counts.postings as usize, c.p_seq.len());
     assert_eq!(counts.entries as usize, c.e_seq.len());
     assert_eq!(counts.hold_legs as usize, c.h_seq.len());
@@ -337,13 +338,14 @@ impl Columns {
         ]
     }
 
-    fn rejections_p(&self) -> [&P; 5] {
+    fn rejections_p<'a>(&'a self, ledger: &'a LedgerId) -> [&'a P; 6] {
         [
             &self.r_caller,
             &self.r_key,
             &self.r_reason,
             &self.r_message,
             &self.r_metadata,
+            ledger,
         ]
     }
 
@@ -383,14 +385,17 @@ async fn send(
     client: &deadpool_postgres::Client,
     c: &Columns,
     plan: &Plan,
+    clock: &Clock,
     (postings_st, entries_st, rejections_st, outbox_st, totals_st, state_st, held_st, x_st, xd_st): Statements,
 ) -> Result<Counts, StorageError> {
     let posts = c.p_seq.len();
-    let (last_sequence, last_recorded) = plan.last().unwrap_or((0, plan.base));
+    // The batch's ledger: the one whose state row its clock was read from.
+    let ledger = ledger::of_sequence(clock.last_sequence);
+    let (last_sequence, last_recorded) = plan.last().unwrap_or((clock.last_sequence, plan.base));
     let outbox_p: [&P; 3] = [&c.p_seq, &c.p_id, &plan.base];
-    let state_p: [&P; 2] = [&last_sequence, &last_recorded];
+    let state_p: [&P; 3] = [&last_sequence, &last_recorded, &ledger];
     let (totals_p, postings_p, entries_p) = (c.totals_p(), c.postings_p(), c.entries_p());
-    let (hold_legs_p, rejections_p) = (c.hold_legs_p(), c.rejections_p());
+    let (hold_legs_p, rejections_p) = (c.hold_legs_p(), c.rejections_p(&ledger));
     let (expiring_p, unexpiring_p) = (c.expiring_p(), c.unexpiring_p());
     let (totals, postings, _, _, entries, hold_legs, expiring, _, outbox, _, _) = futures_util::try_join!(
         maybe(client, c.t_id.len(), &totals_st, &totals_p),

@@ -1,7 +1,7 @@
 //! Reads at a bitemporal cut-off: the fence, balances, trial-balance membership, statements.
 
 use super::super::accounts::{account_from_row, ACCOUNT_COLUMNS};
-use super::super::{StorageError, LEDGER_WRITE_LOCK};
+use super::super::{StorageError, LEDGER_LOCK_CLASS};
 use super::*;
 use deadpool_postgres::GenericClient;
 use ledger_core::amount::{parse_stored, Amount};
@@ -17,23 +17,25 @@ struct LedgerState {
     last_recorded: OffsetDateTime,
 }
 
-/// The clock, the last committed batch and, when `$1` is given, the last sequence recorded by
-/// `$1`, all from one snapshot. `recorded_at` strictly increases with `sequence`, so the
-/// newest row of the `recorded_at` index at or before `$1` is that sequence (one index probe;
-/// `max(sequence) … WHERE recorded_at <= $1` would read every earlier posting).
+/// The clock, ledger `$2`'s last committed batch and, when `$1` is given, its last sequence
+/// recorded by `$1`, all from one snapshot. `recorded_at` strictly increases with `sequence`
+/// within a ledger, so the newest row of the (ledger, `recorded_at`) index at or before `$1` is
+/// that sequence (one index probe; `max(sequence) … WHERE recorded_at <= $1` would read every
+/// earlier posting).
 const STATE_AND_SEQUENCE: &str = "
     SELECT clock_timestamp() AS now, last_sequence, last_recorded_at,
            CASE WHEN $1::timestamptz IS NULL THEN NULL
-                ELSE coalesce((SELECT sequence FROM postings WHERE recorded_at <= $1
-                               ORDER BY recorded_at DESC LIMIT 1), 0) END AS sequence_by
-    FROM ledger_state WHERE ledger_id = 0";
+                ELSE coalesce((SELECT sequence FROM postings WHERE ledger_id = $2 AND recorded_at <= $1
+                               ORDER BY recorded_at DESC LIMIT 1), $2::bigint << 40) END AS sequence_by
+    FROM ledger_state WHERE ledger_id = $2";
 
 async fn state_and_sequence(
     client: &impl GenericClient,
+    ledger: LedgerId,
     at: Option<OffsetDateTime>,
 ) -> Result<(LedgerState, Option<i64>), StorageError> {
     let stmt = client.prepare_cached(STATE_AND_SEQUENCE).await?;
-    let row = client.query_one(&stmt, &[&at]).await?;
+    let row = client.query_one(&stmt, &[&at, &ledger]).await?;
     Ok((
         LedgerState {
             now: row.get("now"),
@@ -44,7 +46,8 @@ async fn state_and_sequence(
     ))
 }
 
-/// Resolves a requested cut-off into the one applied, fenced so the answer can never change.
+/// Resolves a requested cut-off of ledger `ledger` into the one applied, fenced so the answer
+/// can never change (each ledger has its own clock, sequence and fence).
 ///
 /// A recorded cut-off at or before the last committed batch is final: every later batch
 /// records after it (one statement answers). A cut-off after it (the ledger was idle, or a
@@ -58,9 +61,10 @@ async fn state_and_sequence(
 /// with). A cut-off after both is refused.
 pub async fn resolve_as_of(
     client: &mut deadpool_postgres::Client,
+    ledger: LedgerId,
     as_of: AsOf,
 ) -> Result<Result<AppliedAsOf, LedgerError>, StorageError> {
-    let (state, sequence_by) = state_and_sequence(&*client, as_of.recorded_at).await?;
+    let (state, sequence_by) = state_and_sequence(&*client, ledger, as_of.recorded_at).await?;
     if let Some(r) = as_of.recorded_at {
         if r > state.now && r > state.last_recorded {
             return Ok(Err(LedgerError::new(
@@ -82,15 +86,15 @@ pub async fn resolve_as_of(
         // The fence: BEGIN, the shared lock, a fresh read under it, COMMIT, pipelined (sent
         // together, executed in order, each statement after the previous one finished).
         let lock = client
-            .prepare_cached("SELECT pg_advisory_xact_lock_shared($1)")
+            .prepare_cached("SELECT pg_advisory_xact_lock_shared($1, $2)")
             .await?;
         let read = client.prepare_cached(STATE_AND_SEQUENCE).await?;
         let none: Option<OffsetDateTime> = None;
         let c: &tokio_postgres::Client = client;
         let (_, _, row, _) = futures_util::future::try_join4(
             c.batch_execute("BEGIN"),
-            c.execute(&lock, &[&LEDGER_WRITE_LOCK]),
-            c.query_one(&read, &[&none]),
+            c.execute(&lock, &[&LEDGER_LOCK_CLASS, &ledger]),
+            c.query_one(&read, &[&none, &ledger]),
             c.batch_execute("COMMIT"),
         )
         .await?;
@@ -104,7 +108,7 @@ pub async fn resolve_as_of(
             Some(r) if r >= state.last_recorded => (r, state.last_sequence),
             Some(r) => {
                 // A batch committed while we waited, recorded after r: look r up again.
-                let (_, s) = state_and_sequence(&*client, Some(r)).await?;
+                let (_, s) = state_and_sequence(&*client, ledger, Some(r)).await?;
                 (r, s.expect("a sequence for a given time"))
             }
         }
@@ -124,12 +128,13 @@ pub async fn resolve_as_of(
 /// so it gives exactly the primary's answer. Never takes the fence (a standby cannot).
 pub async fn resolve_replayed(
     client: &impl GenericClient,
+    ledger: LedgerId,
     as_of: AsOf,
 ) -> Result<Option<AppliedAsOf>, StorageError> {
     let Some(r) = as_of.recorded_at else {
         return Ok(None);
     };
-    let (state, sequence_by) = state_and_sequence(client, Some(r)).await?;
+    let (state, sequence_by) = state_and_sequence(client, ledger, Some(r)).await?;
     if r > state.last_recorded {
         return Ok(None);
     }
@@ -158,8 +163,8 @@ pub async fn resolve_replayed(
 /// index `entries_irregular_span` (migration 0005).
 const TOTALS_AT: &str = "
     WITH bound AS (
-        SELECT least($2::bigint, coalesce((SELECT sequence FROM postings WHERE recorded_at <= $1
-                                           ORDER BY recorded_at DESC LIMIT 1), 0)) AS m)
+        SELECT least($2::bigint, coalesce((SELECT sequence FROM postings WHERE ledger_id = $5 AND recorded_at <= $1
+                                           ORDER BY recorded_at DESC LIMIT 1), $5::bigint << 40)) AS m)
     SELECT a.account_id,
            (coalesce(p.debits_after, 0) + coalesce(x.d, 0))::text AS debits,
            (coalesce(p.credits_after, 0) + coalesce(x.c, 0))::text AS credits,
@@ -190,7 +195,7 @@ const TOTALS_AT: &str = "
                    ELSE hp.hold_expires_at IS NULL OR hp.hold_expires_at > least($4::timestamptz, $1) END) h ON true
     ORDER BY a.ord";
 
-/// Balances of accounts at a cut-off, in the order given. Totals that cannot be (negative,
+/// Balances of accounts at a cut-off (of their ledger, the cut-off's), in the order given. Totals that cannot be (negative,
 /// or more decimals than the account's scale) are a corrupt row of that account.
 pub async fn balances(
     client: &impl GenericClient,
@@ -210,6 +215,7 @@ pub async fn balances(
                 &(at.sequence as i64),
                 &ids,
                 &at.recorded_at,
+                &ledger::of_sequence(at.sequence as i64),
             ],
         )
         .await?;
@@ -262,6 +268,7 @@ pub async fn balances(
 /// and first used later, does not appear at that cut-off).
 pub async fn accounts_with_legs(
     client: &impl GenericClient,
+    ledger: LedgerId,
     prefix: &str,
     after: Option<&str>,
     through: i64,
@@ -271,12 +278,12 @@ pub async fn accounts_with_legs(
         .query(
             &format!(
                 "SELECT {ACCOUNT_COLUMNS} FROM accounts a
-                 WHERE starts_with(a.code, $1) AND ($2::text IS NULL OR a.code > $2)
+                 WHERE a.ledger_id = $5 AND starts_with(a.code, $1) AND ($2::text IS NULL OR a.code > $2)
                    AND (EXISTS (SELECT 1 FROM entries e WHERE e.account_id = a.account_id AND e.sequence <= $3)
                         OR EXISTS (SELECT 1 FROM hold_legs l WHERE l.account_id = a.account_id AND l.sequence <= $3))
                  ORDER BY a.code LIMIT $4"
             ),
-            &[&prefix, &after, &through, &limit],
+            &[&prefix, &after, &through, &limit, &ledger],
         )
         .await?;
     rows.iter().map(account_from_row).collect()

@@ -11,6 +11,7 @@ pub use named::*;
 
 use super::StorageError;
 use deadpool_postgres::GenericClient;
+use ledger_core::ledger::{self, LedgerId};
 use ledger_core::record::{AppliedAsOf, Posting};
 use ledger_core::LedgerError;
 use time::OffsetDateTime;
@@ -34,7 +35,7 @@ const POSTING_COLUMNS: &str = "p.sequence, p.posting_id, p.caller, p.idempotency
 /// may not be recorded yet (see `TOTALS_AT`, which stops counting it in the same case).
 const HEADS_SQL: &str = "SELECT {COLUMNS},
        CASE WHEN p.hold AND p.hold_expires_at <= least(coalesce($4::timestamptz,
-                 (SELECT greatest(clock_timestamp(), last_recorded_at) FROM ledger_state WHERE ledger_id = 0)), $3)
+                 (SELECT greatest(clock_timestamp(), last_recorded_at) FROM ledger_state s WHERE s.ledger_id = p.ledger_id)), $3)
             THEN NOT EXISTS (SELECT 1 FROM postings x WHERE x.closes_hold_posting_id = p.posting_id AND x.sequence <= $2)
             ELSE false END AS lapsed
      FROM postings p
@@ -122,24 +123,27 @@ pub async fn postings_at(
     Ok(out)
 }
 
-/// A posting by id.
+/// A posting of ledger `ledger` by id (one of another ledger is not found).
 pub async fn posting_by_id(
     client: &impl GenericClient,
+    ledger: LedgerId,
     id: Uuid,
 ) -> Result<Option<Posting>, StorageError> {
     let stmt = client
-        .prepare_cached("SELECT sequence FROM postings WHERE posting_id = $1")
+        .prepare_cached("SELECT sequence FROM postings WHERE posting_id = $1 AND ledger_id = $2")
         .await?;
-    let row = client.query_opt(&stmt, &[&id]).await?;
+    let row = client.query_opt(&stmt, &[&id, &ledger]).await?;
     match row {
         None => Ok(None),
         Some(r) => Ok(postings_by_sequence(client, &[r.get(0)]).await?.pop()),
     }
 }
 
-/// A posting by its caller's idempotency key, or the stored rejection of that key.
+/// A posting by its caller's idempotency key in ledger `ledger`, or the stored rejection of
+/// that key.
 pub async fn posting_by_key(
     client: &impl GenericClient,
+    ledger: LedgerId,
     caller: &str,
     key: &str,
 ) -> Result<Option<Result<Posting, LedgerError>>, StorageError> {
@@ -147,9 +151,10 @@ pub async fn posting_by_key(
         .query_opt(
             "SELECT p.sequence, r.reason, r.message, r.metadata FROM idempotency_keys k
              LEFT JOIN postings p ON p.key_id = k.key_id
-             LEFT JOIN rejections r ON r.caller = k.caller AND r.idempotency_key = k.idempotency_key
-             WHERE k.caller = $1 AND k.idempotency_key = $2",
-            &[&caller, &key],
+             LEFT JOIN rejections r ON r.ledger_id = k.ledger_id AND r.caller = k.caller
+                                    AND r.idempotency_key = k.idempotency_key
+             WHERE k.ledger_id = $3 AND k.caller = $1 AND k.idempotency_key = $2",
+            &[&caller, &key, &ledger],
         )
         .await?;
     let Some(row) = row else { return Ok(None) };
@@ -174,9 +179,11 @@ const ACCOUNT_POSTINGS_SQL: &str = "SELECT sequence FROM (
        (SELECT DISTINCT sequence FROM hold_legs WHERE account_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3)) s
      ORDER BY sequence LIMIT $3";
 
-/// Postings in sequence order after `after`, optionally only those touching an account.
+/// Postings of ledger `ledger` in sequence order after `after`, optionally only those
+/// touching an account (of that ledger).
 pub async fn list_postings(
     client: &impl GenericClient,
+    ledger: LedgerId,
     account_id: Option<i64>,
     after: i64,
     limit: i64,
@@ -188,9 +195,11 @@ pub async fn list_postings(
                 .await?
         }
         None => {
-            let sql =
-                "SELECT sequence FROM postings WHERE sequence > $1 ORDER BY sequence LIMIT $2";
-            client.query(sql, &[&after, &limit]).await?
+            let sql = "SELECT sequence FROM postings WHERE sequence > $1 AND sequence <= $3
+                       ORDER BY sequence LIMIT $2";
+            let from = after.max(ledger::stored(ledger, 0));
+            let last = ledger::stored(ledger, ledger::MAX_SEQUENCE_IN_LEDGER);
+            client.query(sql, &[&from, &limit, &last]).await?
         }
     };
     let seqs: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();

@@ -22,14 +22,14 @@ const TARGET_HEADS_SQL: &str = "SELECT p.sequence, p.posting_id, p.caller, p.ide
             p.hold, p.hold_expires_at, p.closes_hold_posting_id, p.close_kind,
             NULL::uuid AS closed_by, NULL::text AS closed_how, NULL::bool AS lapsed
      FROM unnest($1::uuid[]) AS x(id)
-     CROSS JOIN LATERAL (SELECT * FROM postings WHERE posting_id = x.id LIMIT 1) p
+     CROSS JOIN LATERAL (SELECT * FROM postings WHERE posting_id = x.id AND ledger_id = $2 LIMIT 1) p
      ORDER BY p.sequence";
 
 /// The legs of those postings (entries or hold legs); their accounts come from the account
 /// cache (read only when it misses them).
 const TARGET_LEGS_SQL: &str = "SELECT l.sequence, l.leg_index, l.account_id, l.direction, l.amount::text AS amount
      FROM unnest($1::uuid[]) AS x(id)
-     CROSS JOIN LATERAL (SELECT sequence FROM postings WHERE posting_id = x.id LIMIT 1) p
+     CROSS JOIN LATERAL (SELECT sequence FROM postings WHERE posting_id = x.id AND ledger_id = $2 LIMIT 1) p
      CROSS JOIN LATERAL (
            SELECT sequence, leg_index, account_id, direction, amount FROM entries WHERE sequence = p.sequence
            UNION ALL
@@ -62,10 +62,12 @@ pub(crate) fn with_state(
     Ok(p)
 }
 
-/// Reads the [`NamedPostings`] by id (distinct), as recorded (their state left out): two
-/// statements, sent together; their legs' accounts through the account cache.
+/// Reads the [`NamedPostings`] of ledger `ledger` by id (distinct), as recorded (their state
+/// left out; a posting of another ledger is not found): two statements, sent together; their
+/// legs' accounts through the account cache.
 pub async fn named_postings(
     client: &impl GenericClient,
+    ledger: LedgerId,
     ids: &[Uuid],
     cache: &RwLock<AccountCache>,
 ) -> Result<NamedPostings, StorageError> {
@@ -78,8 +80,8 @@ pub async fn named_postings(
     )
     .await?;
     let (heads, legs) = futures_util::future::try_join(
-        client.query(&heads_st, &[&ids]),
-        client.query(&legs_st, &[&ids]),
+        client.query(&heads_st, &[&ids, &ledger]),
+        client.query(&legs_st, &[&ids, &ledger]),
     )
     .await?;
     let accounts = leg_accounts(client, &legs, cache).await?;
