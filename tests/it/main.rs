@@ -36,5 +36,6 @@ mod tidy;
 mod timestamps;
 mod transport;
 mod upgrade;
+mod upgrade_ledgers;
 mod validation;
 mod void;

@@ -177,6 +177,10 @@ fn the_journal_is_written_only_by_the_writers_batch_and_the_fixtures_named_here(
                 "CreateAccount: the account and its zero totals",
             ),
             (
+                "crates/server/src/storage/ledgers.rs",
+                "CreateLedger: the ledger's state row and outbox progress",
+            ),
+            (
                 "crates/server/src/storage/outbox.rs",
                 "the publisher's progress and retention of delivered rows",
             ),

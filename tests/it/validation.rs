@@ -161,6 +161,7 @@ async fn call_in_batch(
         "memo" => (post(|r| r.memo = NUL.into()), "INVALID_FIELD"),
         "metadata.key" => (post(|r| r.metadata = meta(NUL, "v")), "INVALID_FIELD"),
         "metadata.value" => (post(|r| r.metadata = meta("k", NUL)), "INVALID_FIELD"),
+        "ledger" => (post(|r| r.ledger = NUL.into()), "INVALID_FIELD"),
         other => panic!("no row for PostBatch.requests.{other}: add one to this table"),
     };
     let batch = pb::PostBatchRequest {
@@ -177,6 +178,117 @@ async fn call_in_batch(
     (result, invalid, reason)
 }
 
+/// A request of `rpc` naming a ledger with a NUL in its code: refused before any lookup.
+async fn call_in_nul_ledger(c: &mut Client, rpc: &str) -> Result<(), tonic::Status> {
+    let ledger = || NUL.to_owned();
+    match rpc {
+        "CreateAccount" => ok(c
+            .create_account(pb::CreateAccountRequest {
+                ledger: ledger(),
+                ..account("a", "EUR", HashMap::new())
+            })
+            .await),
+        "GetAccount" => ok(c
+            .get_account(pb::GetAccountRequest {
+                ledger: ledger(),
+                code: "acct:0".into(),
+            })
+            .await),
+        "ListAccounts" => ok(c
+            .list_accounts(pb::ListAccountsRequest {
+                ledger: ledger(),
+                ..Default::default()
+            })
+            .await),
+        "Post" => ok(c.post(post(|r| r.ledger = ledger())).await),
+        "PostBatch" => ok(c
+            .post_batch(pb::PostBatchRequest {
+                ledger: ledger(),
+                requests: vec![post(|_| {})],
+            })
+            .await),
+        "Void" => ok(c.void(void(|r| r.ledger = ledger())).await),
+        "Capture" => capture(c, |r| r.ledger = ledger()).await,
+        "GetPosting" => ok(c
+            .get_posting(pb::GetPostingRequest {
+                ledger: ledger(),
+                ..get_posting(pb::get_posting_request::By::IdempotencyKey("k".into()))
+            })
+            .await),
+        "ListPostings" => ok(c
+            .list_postings(pb::ListPostingsRequest {
+                ledger: ledger(),
+                ..Default::default()
+            })
+            .await),
+        "GetBalance" => ok(c
+            .get_balance(pb::GetBalanceRequest {
+                ledger: ledger(),
+                account: "acct:0".into(),
+                as_of: None,
+            })
+            .await),
+        "ListBalances" => ok(c
+            .list_balances(pb::ListBalancesRequest {
+                ledger: ledger(),
+                ..Default::default()
+            })
+            .await),
+        "ListEntries" => ok(c
+            .list_entries(pb::ListEntriesRequest {
+                ledger: ledger(),
+                account: "acct:0".into(),
+                ..Default::default()
+            })
+            .await),
+        other => panic!("no row for {other}.ledger: add one to this table"),
+    }
+}
+
+/// The ledger RPCs' own string fields with a NUL, and the answer each must get.
+async fn call_ledger_rpc(
+    c: &mut Client,
+    field: &str,
+) -> Option<(Result<(), tonic::Status>, Code, &'static str)> {
+    let create = |f: &dyn Fn(&mut pb::CreateLedgerRequest)| {
+        let mut r = pb::CreateLedgerRequest {
+            code: "books".into(),
+            ..Default::default()
+        };
+        f(&mut r);
+        r
+    };
+    let invalid = (Code::InvalidArgument, "INVALID_FIELD");
+    let result = match field {
+        "CreateLedger.code" => ok(c.create_ledger(create(&|r| r.code = NUL.into())).await),
+        "CreateLedger.description" => ok(c
+            .create_ledger(create(&|r| r.description = NUL.into()))
+            .await),
+        "CreateLedger.metadata.key" => ok(c
+            .create_ledger(create(&|r| r.metadata = meta(NUL, "v")))
+            .await),
+        "CreateLedger.metadata.value" => ok(c
+            .create_ledger(create(&|r| r.metadata = meta("k", NUL)))
+            .await),
+        "GetLedger.code" => ok(c
+            .get_ledger(pb::GetLedgerRequest { code: NUL.into() })
+            .await),
+        "ListLedgers.page_token" => {
+            let r = c
+                .list_ledgers(pb::ListLedgersRequest {
+                    page_token: NUL.into(),
+                    ..Default::default()
+                })
+                .await;
+            return Some((ok(r), Code::InvalidArgument, "INVALID_PAGE_TOKEN"));
+        }
+        _ => return None,
+    };
+    Some((result, invalid.0, invalid.1))
+}
+
+type Client = ledger_server::grpc::pb::ledger_client::LedgerClient<tonic::transport::Channel>;
+
 /// One request with a NUL in one field, and the answer it must get.
 async fn call(t: &TestLedger, field: &str) -> (Result<(), tonic::Status>, Code, &'static str) {
     use pb::get_posting_request::By;
@@ -184,6 +296,13 @@ async fn call(t: &TestLedger, field: &str) -> (Result<(), tonic::Status>, Code, 
         return call_in_batch(t, field).await;
     }
     let mut c = t.client.clone();
+    if let Some(rpc) = field.strip_suffix(".ledger") {
+        let result = call_in_nul_ledger(&mut c, rpc).await;
+        return (result, Code::InvalidArgument, "INVALID_FIELD");
+    }
+    if let Some(answer) = call_ledger_rpc(&mut c, field).await {
+        return answer;
+    }
     let (result, code, reason) = match field {
         "CreateAccount.code" => (
             ok(c.create_account(account(NUL, "EUR", HashMap::new())).await),

@@ -29,6 +29,10 @@ impl Direction {
     }
 }
 
+/// Storage's id of a ledger, the book an account belongs to (see [`crate::ledger`], which
+/// names it; defined here so accounts need not know ledgers).
+pub type LedgerId = i32;
+
 /// Metadata: a sorted map, so equal maps compare and hash equal.
 pub type Metadata = BTreeMap<String, String>;
 
@@ -38,7 +42,7 @@ pub struct Account {
     /// Storage's internal id (legs refer to it; unique over every ledger).
     pub id: i64,
     /// The ledger the account belongs to (its code is unique within it).
-    pub ledger: crate::ledger::LedgerId,
+    pub ledger: LedgerId,
     pub code: String,
     pub currency: String,
     pub scale: u8,
@@ -341,7 +345,7 @@ mod tests {
 #[derive(Debug)]
 pub struct AccountCache {
     by_id: HashMap<i64, Account>,
-    id_of: HashMap<(crate::ledger::LedgerId, String), i64>,
+    id_of: HashMap<(LedgerId, String), i64>,
     max: usize,
 }
 
@@ -366,7 +370,7 @@ impl AccountCache {
     }
 
     /// The account `code` of ledger `ledger`.
-    pub fn by_code(&self, ledger: crate::ledger::LedgerId, code: &str) -> Option<&Account> {
+    pub fn by_code(&self, ledger: LedgerId, code: &str) -> Option<&Account> {
         // A borrowed key for the lookup would need a key type of its own; codes are short.
         self.id_of
             .get(&(ledger, code.to_owned()))

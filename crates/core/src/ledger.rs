@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 use time::OffsetDateTime;
 
 /// Storage's id of a ledger (0: `default`).
-pub type LedgerId = i32;
+pub use crate::account::LedgerId;
 
 /// The ledger every deployment starts with, and the one a request with no `ledger` names.
 pub const DEFAULT_LEDGER: &str = "default";

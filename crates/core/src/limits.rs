@@ -126,6 +126,17 @@ const _: () = assert!(
         <= MAX_PAGE_TOKEN_BYTES
 );
 
+/// Characters of a ledger code.
+pub const MAX_LEDGER_CODE_CHARS: usize = 64;
+/// Bytes of a ledger's description.
+pub const MAX_LEDGER_DESCRIPTION_BYTES: usize = 1024;
+/// Bits of a stored sequence that count within its ledger: a ledger holds at most
+/// 2^40 - 1 (about 1.1 trillion) postings (`ledger::MAX_SEQUENCE_IN_LEDGER`).
+pub const SEQUENCE_BITS: u32 = 40;
+/// Ledgers one database holds (their ids fill the 23 bits of a stored sequence above
+/// [`SEQUENCE_BITS`]; the default ledger is id 0).
+pub const MAX_LEDGERS: i32 = (1 << (63 - SEQUENCE_BITS)) - 1;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,13 +154,3 @@ mod tests {
         assert_eq!(sum, 170 * MAX_TOTAL_MINOR, "left as it was");
     }
 }
-/// Characters of a ledger code.
-pub const MAX_LEDGER_CODE_CHARS: usize = 64;
-/// Bytes of a ledger's description.
-pub const MAX_LEDGER_DESCRIPTION_BYTES: usize = 1024;
-/// Bits of a stored sequence that count within its ledger: a ledger holds at most
-/// 2^40 - 1 (about 1.1 trillion) postings (`ledger::MAX_SEQUENCE_IN_LEDGER`).
-pub const SEQUENCE_BITS: u32 = 40;
-/// Ledgers one database holds (their ids fill the 23 bits of a stored sequence above
-/// [`SEQUENCE_BITS`]; the default ledger is id 0).
-pub const MAX_LEDGERS: i32 = (1 << (63 - SEQUENCE_BITS)) - 1;

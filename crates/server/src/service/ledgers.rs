@@ -20,6 +20,18 @@ pub struct Directory {
 }
 
 impl Directory {
+    /// A directory holding these ledgers (at most MAX_CACHED_LEDGERS of them).
+    pub fn of(known: Vec<Book>) -> Directory {
+        let by_code = known
+            .into_iter()
+            .take(MAX_CACHED_LEDGERS)
+            .map(|b| (b.code.clone(), b))
+            .collect();
+        Directory {
+            by_code: RwLock::new(by_code),
+        }
+    }
+
     fn get(&self, code: &str) -> Option<Book> {
         self.by_code
             .read()

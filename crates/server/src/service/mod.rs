@@ -72,6 +72,9 @@ impl Ledger {
     ) -> Result<Ledger, StorageError> {
         let client = pool.get().await?;
         let page_key = storage::read::page_token_key(&client).await?;
+        // The ledgers known now, so the first calls do not each look theirs up.
+        let known =
+            storage::ledgers::list(&client, None, None, ledgers::MAX_CACHED_LEDGERS as i64).await?;
         drop(client);
         let accounts = Arc::new(RwLock::new(AccountCache::new(accounts_cached_max)));
         let writer = Writer::spawn(pool.clone(), accounts.clone(), observer, writer);
@@ -81,7 +84,7 @@ impl Ledger {
             accounts,
             page_key,
             replicas,
-            ledgers: ledgers::Directory::default(),
+            ledgers: ledgers::Directory::of(known),
         })
     }
 
