@@ -120,8 +120,13 @@ enum TokenCommand {
     New {
         /// The caller's name (recorded on its postings, scopes its idempotency keys).
         caller: String,
-        /// `writer` (every call) or `reader` (Get*/List* only).
+        /// `reader` (Get*/List* only), `writer` (every call but CreateLedger) or `admin`
+        /// (every call).
         role: String,
+        /// The ledgers the line grants: comma-separated ledger codes, or `*` for every
+        /// ledger (a fourth column); without it, the line grants `default` alone.
+        #[arg(long)]
+        ledgers: Option<String>,
     },
 }
 
@@ -243,8 +248,13 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             .await
         }
         Command::Token {
-            command: TokenCommand::New { caller, role },
-        } => token(&caller, &role),
+            command:
+                TokenCommand::New {
+                    caller,
+                    role,
+                    ledgers,
+                },
+        } => token(&caller, &role, ledgers.as_deref()),
         Command::Migrate { db } => {
             let (url, pg) = database(&db.into(), "migrate", Holding::OrBorrow).await?;
             let result = migrate(&url).await;

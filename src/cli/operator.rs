@@ -46,13 +46,21 @@ pub(super) async fn relay(
     Ok(ExitCode::SUCCESS)
 }
 
-/// `ledger token new`: a new token, and the auth-file line that holds its hash.
-pub(super) fn token(caller: &str, role: &str) -> Result<ExitCode, BoxError> {
-    ledger_server::access::auth::validate_caller(caller)?;
-    let role = ledger_server::access::auth::Role::parse(role)
-        .ok_or_else(|| format!("role {role:?} is not `writer` or `reader`"))?;
-    let token = ledger_server::access::auth::new_token();
-    let line = ledger_server::access::auth::auth_line(caller, role, &token);
+/// `ledger token new`: a new token, and the auth-file line that holds its hash (with the
+/// ledgers it grants as a fourth column when `--ledgers` is given).
+pub(super) fn token(caller: &str, role: &str, ledgers: Option<&str>) -> Result<ExitCode, BoxError> {
+    use ledger_server::access::auth;
+    auth::validate_caller(caller)?;
+    let role = auth::Role::parse(role)
+        .ok_or_else(|| format!("role {role:?} is not {}", auth::ROLE_NAMES))?;
+    let grants = ledgers
+        .map(|l| auth::parse_grants(l).map_err(|e| format!("--{e}")))
+        .transpose()?;
+    let token = auth::new_token();
+    let line = match &grants {
+        Some(g) => auth::auth_line_granting(caller, role, &token, g),
+        None => auth::auth_line(caller, role, &token),
+    };
     print(&format!("{token}\n{line}\n"))?;
     Ok(ExitCode::SUCCESS)
 }

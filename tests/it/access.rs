@@ -1,8 +1,10 @@
-//! Access: bearer tokens and roles, keys scoped per caller, TLS and mutual TLS, the database's
-//! application role, limits, metrics.
+//! Access: bearer tokens and roles, the ledgers each caller is granted, keys scoped per
+//! caller, TLS and mutual TLS, the database's application role, limits, metrics.
 
 use crate::support::*;
-use ledger_server::access::auth::{auth_line, new_token, AuthFile, Role};
+use ledger_server::access::auth::{
+    auth_line, auth_line_granting, new_token, parse_grants, AuthFile, Role,
+};
 use ledger_server::grpc::pb;
 use ledger_server::grpc::pb::ledger_client::LedgerClient;
 use ledger_server::server::{OpsOptions, TlsPem};
@@ -20,8 +22,13 @@ pub fn bearer<T>(msg: T, token: &str) -> Request<T> {
 }
 
 fn account_req(code: &str) -> pb::CreateAccountRequest {
+    account_in("", code)
+}
+
+/// A request to create the account `code` in the ledger `ledger` (empty: `default`).
+fn account_in(ledger: &str, code: &str) -> pb::CreateAccountRequest {
     pb::CreateAccountRequest {
-        ledger: String::new(),
+        ledger: ledger.into(),
         code: code.into(),
         currency: "EUR".into(),
         scale: 2,
@@ -299,11 +306,325 @@ async fn the_token_command_prints_a_token_and_a_line_that_authenticates_it() {
     assert_error(&e, Code::PermissionDenied, "PERMISSION_DENIED");
 
     let bad = std::process::Command::new(env!("CARGO_BIN_EXE_ledger"))
-        .args(["token", "new", "svc", "admin"])
+        .args(["token", "new", "svc", "owner"])
         .output()
         .unwrap();
     assert!(!bad.status.success());
     assert!(bad.stdout.is_empty());
+}
+
+#[test]
+fn the_token_command_prints_the_ledgers_a_line_grants_as_its_fourth_column() {
+    let token_new = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_ledger"))
+            .args(["token", "new"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let table = [
+        (
+            &["svc", "admin", "--ledgers", "globex,acme"][..],
+            Some("acme,globex"),
+        ),
+        (&["svc", "writer", "--ledgers", "*"][..], Some("*")),
+        (
+            &["svc", "reader", "--ledgers", "default"][..],
+            Some("default"),
+        ),
+        (&["svc", "admin"][..], None),
+    ];
+    for (args, column) in table {
+        let out = token_new(args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        let line = text.lines().nth(1).unwrap_or_else(|| panic!("{text}"));
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(fields[..2], args[..2], "{line}");
+        assert_eq!(fields.get(3).copied(), column, "{line}");
+        AuthFile::parse(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+    }
+    for bad in ["Acme", "acme,", "", "acme,*", "acme,acme"] {
+        let out = token_new(&["svc", "writer", "--ledgers", bad]);
+        assert!(!out.status.success(), "{bad:?}");
+        assert!(out.stdout.is_empty(), "{bad:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--ledgers"), "{bad:?}: {err}");
+    }
+}
+
+// ---- Ledgers: the admin role and the grants of the fourth column --------------------------
+
+/// A server whose auth file has one line per caller: its name, role and fourth column (`None`:
+/// none); and each caller's token, in the same order.
+async fn ledger_with_grants(callers: &[(&str, Role, Option<&str>)]) -> (TestLedger, Vec<String>) {
+    let tokens: Vec<String> = callers.iter().map(|_| new_token()).collect();
+    let file = callers
+        .iter()
+        .zip(&tokens)
+        .map(|(&(name, role, ledgers), token)| match ledgers {
+            Some(l) => auth_line_granting(name, role, token, &parse_grants(l).unwrap()),
+            None => auth_line(name, role, token),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let t = TestLedger::start_with(OpsOptions {
+        auth: Some(AuthFile::parse(&file).unwrap()),
+        ..app_role_ops()
+    })
+    .await;
+    (t, tokens)
+}
+
+async fn create_ledger(
+    c: &mut LedgerClient<Channel>,
+    token: &str,
+    code: &str,
+) -> Result<pb::CreateLedgerResponse, tonic::Status> {
+    let req = pb::CreateLedgerRequest {
+        code: code.into(),
+        description: format!("the books of {code}"),
+        metadata: Default::default(),
+    };
+    c.create_ledger(bearer(req, token))
+        .await
+        .map(|r| r.into_inner())
+}
+
+async fn get_ledger(
+    c: &mut LedgerClient<Channel>,
+    token: &str,
+    code: &str,
+) -> Result<pb::LedgerInfo, tonic::Status> {
+    let req = pb::GetLedgerRequest { code: code.into() };
+    c.get_ledger(bearer(req, token))
+        .await
+        .map(|r| r.into_inner())
+}
+
+/// The codes `ListLedgers` shows this caller: one page of the default size, and the same
+/// walked a ledger a page (the two must agree).
+async fn listed_ledgers(c: &mut LedgerClient<Channel>, token: &str) -> Vec<String> {
+    let list = |page_size: u32, page_token: String| pb::ListLedgersRequest {
+        page_size,
+        page_token,
+    };
+    let whole = c
+        .list_ledgers(bearer(list(0, String::new()), token))
+        .await
+        .expect("ListLedgers")
+        .into_inner();
+    assert!(whole.next_page_token.is_empty(), "{whole:?}");
+    let whole: Vec<String> = whole.ledgers.into_iter().map(|l| l.code).collect();
+    let mut walked = Vec::new();
+    let mut page_token = String::new();
+    for _ in 0..=whole.len() {
+        let page = c
+            .list_ledgers(bearer(list(1, page_token), token))
+            .await
+            .expect("ListLedgers, a ledger a page")
+            .into_inner();
+        assert!(page.ledgers.len() <= 1, "{page:?}");
+        walked.extend(page.ledgers.into_iter().map(|l| l.code));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    assert_eq!(walked, whole, "paged one at a time");
+    whole
+}
+
+#[tokio::test]
+async fn create_ledger_is_refused_for_a_writer_and_a_reader_and_allowed_for_an_admin() {
+    let (t, tok) = ledger_with_grants(&[
+        ("ops", Role::Admin, Some("*")),
+        ("svc", Role::Writer, Some("*")),
+        ("finance", Role::Reader, Some("*")),
+    ])
+    .await;
+    let mut c = t.client.clone();
+    for (token, role) in [(&tok[1], "writer"), (&tok[2], "reader")] {
+        let e = create_ledger(&mut c, token, "acme").await.unwrap_err();
+        assert_error(&e, Code::PermissionDenied, "PERMISSION_DENIED");
+        assert!(
+            e.message().contains(&format!("has role {role}"))
+                && e.message().ends_with("CreateLedger needs role admin"),
+            "{}",
+            e.message()
+        );
+    }
+    assert_eq!(t.count("ledgers").await, 1, "only default");
+    let made = create_ledger(&mut c, &tok[0], "acme").await.unwrap();
+    assert!(made.created);
+    assert_eq!(made.ledger.unwrap().code, "acme");
+    let again = create_ledger(&mut c, &tok[0], "acme").await.unwrap();
+    assert!(!again.created, "an identical second call creates nothing");
+    assert_eq!(t.count("ledgers").await, 2);
+    // Readers and writers still read ledgers; the writer writes in the new one.
+    for token in &tok[1..] {
+        assert_eq!(
+            get_ledger(&mut c, token, "acme").await.unwrap().code,
+            "acme"
+        );
+        assert_eq!(listed_ledgers(&mut c, token).await, ["acme", "default"]);
+    }
+    c.create_account(bearer(account_in("acme", "a"), &tok[1]))
+        .await
+        .expect("a writer creates an account in the new ledger");
+}
+
+#[tokio::test]
+async fn a_caller_granted_acme_is_not_granted_globex_nor_a_ledger_that_does_not_exist() {
+    let (t, tok) = ledger_with_grants(&[
+        ("ops", Role::Admin, Some("*")),
+        ("acme-svc", Role::Writer, Some("acme")),
+    ])
+    .await;
+    let mut c = t.client.clone();
+    for code in ["acme", "globex"] {
+        create_ledger(&mut c, &tok[0], code).await.unwrap();
+    }
+    let acme = &tok[1];
+    for code in ["a", "b"] {
+        c.create_account(bearer(account_in("acme", code), acme))
+            .await
+            .expect("its own ledger");
+    }
+    let in_acme = pb::PostRequest {
+        ledger: "acme".into(),
+        ..transfer("k1", "a", "b", "1.00")
+    };
+    c.post(bearer(in_acme, acme)).await.expect("posts in acme");
+    assert_eq!(get_ledger(&mut c, acme, "acme").await.unwrap().code, "acme");
+
+    // globex exists, nope does not, default is not granted: all three answer alike.
+    let mut messages = Vec::new();
+    for code in ["globex", "nope", "default"] {
+        let e = get_ledger(&mut c, acme, code).await.unwrap_err();
+        assert_error(&e, Code::PermissionDenied, "LEDGER_NOT_GRANTED");
+        messages.push(e.message().replace(code, "L"));
+        let e = c
+            .create_account(bearer(account_in(code, "a"), acme))
+            .await
+            .unwrap_err();
+        assert_error(&e, Code::PermissionDenied, "LEDGER_NOT_GRANTED");
+        let post = pb::PostRequest {
+            ledger: code.into(),
+            ..transfer("k2", "a", "b", "1.00")
+        };
+        let e = c.post(bearer(post, acme)).await.unwrap_err();
+        assert_error(&e, Code::PermissionDenied, "LEDGER_NOT_GRANTED");
+        let get = pb::GetAccountRequest {
+            ledger: code.into(),
+            code: "a".into(),
+        };
+        let e = c.get_account(bearer(get, acme)).await.unwrap_err();
+        assert_error(&e, Code::PermissionDenied, "LEDGER_NOT_GRANTED");
+    }
+    assert!(
+        messages.windows(2).all(|w| w[0] == w[1]),
+        "the answers tell which ledgers exist: {messages:?}"
+    );
+    // An empty `ledger` is `default`, not granted either.
+    let e = c
+        .create_account(bearer(account_req("c"), acme))
+        .await
+        .unwrap_err();
+    assert_error(&e, Code::PermissionDenied, "LEDGER_NOT_GRANTED");
+    assert_eq!(t.count("accounts").await, 2);
+    assert_eq!(t.count("postings").await, 1);
+}
+
+#[tokio::test]
+async fn a_caller_granted_every_ledger_learns_that_one_does_not_exist() {
+    let (t, tok) = ledger_with_grants(&[
+        ("ops", Role::Admin, Some("*")),
+        ("svc", Role::Writer, Some("*")),
+    ])
+    .await;
+    let mut c = t.client.clone();
+    create_ledger(&mut c, &tok[0], "acme").await.unwrap();
+    let svc = &tok[1];
+    for ledger in ["acme", "default", ""] {
+        c.create_account(bearer(account_in(ledger, "a"), svc))
+            .await
+            .unwrap_or_else(|e| panic!("{ledger:?}: {e:?}"));
+    }
+    let e = get_ledger(&mut c, svc, "nope").await.unwrap_err();
+    assert_error(&e, Code::NotFound, "LEDGER_NOT_FOUND");
+    let e = c
+        .create_account(bearer(account_in("nope", "a"), svc))
+        .await
+        .unwrap_err();
+    assert_error(&e, Code::NotFound, "LEDGER_NOT_FOUND");
+    let get = pb::GetAccountRequest {
+        ledger: "nope".into(),
+        code: "a".into(),
+    };
+    let e = c.get_account(bearer(get, svc)).await.unwrap_err();
+    assert_error(&e, Code::NotFound, "LEDGER_NOT_FOUND");
+    assert_eq!(t.count("accounts").await, 2, "acme:a and default:a");
+}
+
+#[tokio::test]
+async fn list_ledgers_shows_each_caller_only_the_ledgers_it_is_granted() {
+    let (t, tok) = ledger_with_grants(&[
+        ("ops", Role::Admin, Some("*")),
+        ("two", Role::Reader, Some("initech,acme,missing")),
+        ("old", Role::Reader, None),
+        ("globex-svc", Role::Writer, Some("globex")),
+    ])
+    .await;
+    let mut c = t.client.clone();
+    for code in ["initech", "globex", "acme"] {
+        create_ledger(&mut c, &tok[0], code).await.unwrap();
+    }
+    let table: [(&str, &[&str]); 4] = [
+        (&tok[0], &["acme", "default", "globex", "initech"]),
+        (&tok[1], &["acme", "initech"]),
+        (&tok[2], &["default"]),
+        (&tok[3], &["globex"]),
+    ];
+    for (token, want) in table {
+        assert_eq!(listed_ledgers(&mut c, token).await, want);
+    }
+}
+
+#[tokio::test]
+async fn a_line_without_a_fourth_column_may_use_the_default_ledger_only() {
+    let (t, tok) = ledger_with_grants(&[
+        ("ops", Role::Admin, Some("*")),
+        ("legacy", Role::Writer, None),
+    ])
+    .await;
+    let mut c = t.client.clone();
+    create_ledger(&mut c, &tok[0], "acme").await.unwrap();
+    let legacy = &tok[1];
+    // What such a line could do before ledgers, it still can: in `default`, named or not.
+    c.create_account(bearer(account_req("a"), legacy))
+        .await
+        .expect("an empty ledger is default");
+    c.create_account(bearer(account_in("default", "b"), legacy))
+        .await
+        .expect("default by name");
+    c.post(bearer(transfer("k1", "a", "b", "1.00"), legacy))
+        .await
+        .expect("posts in default");
+    assert_eq!(
+        get_ledger(&mut c, legacy, "default").await.unwrap().code,
+        "default"
+    );
+    let e = get_ledger(&mut c, legacy, "acme").await.unwrap_err();
+    assert_error(&e, Code::PermissionDenied, "LEDGER_NOT_GRANTED");
+    let e = c
+        .create_account(bearer(account_in("acme", "a"), legacy))
+        .await
+        .unwrap_err();
+    assert_error(&e, Code::PermissionDenied, "LEDGER_NOT_GRANTED");
+    let e = create_ledger(&mut c, legacy, "globex").await.unwrap_err();
+    assert_error(&e, Code::PermissionDenied, "PERMISSION_DENIED");
+    assert_eq!(t.count("accounts").await, 2);
 }
 
 // ---- TLS and mutual TLS ------------------------------------------------------------------

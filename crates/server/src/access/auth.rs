@@ -1,24 +1,31 @@
 //! Who is calling and what they may do: bearer tokens (only their SHA-256 hashes are kept),
-//! client-certificate identities (mutual TLS), and the two roles.
+//! client-certificate identities (mutual TLS), the three roles and the ledgers each line
+//! grants.
 //!
-//! The auth file has one caller per line (blank lines and `#` comments are ignored):
+//! The auth file has one credential per line (blank lines and `#` comments are ignored):
 //!
 //! ```text
-//! # CALLER  ROLE    CREDENTIAL
-//! payments  writer  sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
-//! finance   reader  sha256:60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752
-//! settle-svc writer mtls
+//! # CALLER   ROLE    CREDENTIAL                        LEDGERS
+//! payments   writer  sha256:9f86d081…(64 hex digits)   acme,globex
+//! finance    reader  sha256:60303ae2…(64 hex digits)
+//! platform   admin   sha256:fd61a03a…(64 hex digits)   *
+//! settle-svc writer  mtls                              acme
 //! ```
 //!
 //! `sha256:<hex>` is the SHA-256 of the whole token (as `ledger token new` prints it); `mtls`
 //! maps a client certificate whose identity (subject CN, else its first DNS SAN) is CALLER.
-//! A caller may have several token lines (rotation). Pure logic only: no I/O but [`AuthFile::load`].
+//! LEDGERS, optional, is the ledgers the line grants: comma-separated ledger codes, or `*` for
+//! every ledger; without it, `default` alone (what such a line meant before ledgers). A caller
+//! may have several lines (token rotation, a token and a certificate); they must agree on role
+//! and ledgers. Pure logic only: no I/O but [`AuthFile::load`].
 
-use crate::grpc::ANONYMOUS;
 pub use crate::grpc::MAX_CALLER_BYTES;
+use crate::grpc::{Caller, ANONYMOUS};
 use ledger_core::hold::LEDGER_CALLER;
+use ledger_core::ledger::{validate_ledger_code, Grants};
 use ledger_core::{LedgerError, Reason};
 use sha2::{Digest, Sha256};
+use std::collections::BTreeSet;
 use std::fmt;
 
 /// Random bytes in a token.
@@ -27,31 +34,65 @@ pub const TOKEN_RANDOM_BYTES: usize = 32;
 pub const TOKEN_PREFIX: &str = "ldg_";
 /// Bytes of an `authorization` header value that we look at, at most.
 pub const MAX_AUTHORIZATION_BYTES: usize = 512;
+/// The fourth column's word for every ledger.
+pub const ALL_LEDGERS: &str = "*";
 
-/// What a caller may do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What a caller may do; each role may do everything the ones before it may.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Role {
-    /// Every RPC.
-    Writer,
     /// Only Get* and List*.
     Reader,
+    /// Every RPC but the administrators' ([`ADMIN_METHODS`]).
+    Writer,
+    /// Every RPC.
+    Admin,
 }
+
+/// The roles, as an error message lists them.
+pub const ROLE_NAMES: &str = "`reader`, `writer` or `admin`";
 
 impl Role {
     pub fn parse(s: &str) -> Option<Role> {
         match s {
-            "writer" => Some(Role::Writer),
             "reader" => Some(Role::Reader),
+            "writer" => Some(Role::Writer),
+            "admin" => Some(Role::Admin),
             _ => None,
         }
     }
 
     pub fn as_str(self) -> &'static str {
         match self {
-            Role::Writer => "writer",
             Role::Reader => "reader",
+            Role::Writer => "writer",
+            Role::Admin => "admin",
         }
     }
+
+    /// The least role that may call a method (the last segment of the gRPC path).
+    pub fn needed_for(method: &str) -> Role {
+        if needs_admin(method) {
+            Role::Admin
+        } else if needs_writer(method) {
+            Role::Writer
+        } else {
+            Role::Reader
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The methods only the admin role may call.
+pub const ADMIN_METHODS: [&str; 1] = ["CreateLedger"];
+
+/// Whether a method (the last segment of the gRPC path) needs the admin role.
+pub fn needs_admin(method: &str) -> bool {
+    ADMIN_METHODS.contains(&method)
 }
 
 /// Whether a method (the last segment of the gRPC path) needs the writer role: everything
@@ -59,6 +100,43 @@ impl Role {
 /// someone decides otherwise).
 pub fn needs_writer(method: &str) -> bool {
     !(method.starts_with("Get") || method.starts_with("List"))
+}
+
+/// The fourth column of an auth-file line: `*` (every ledger) or comma-separated ledger codes
+/// (each at most once, none empty).
+pub fn parse_grants(column: &str) -> Result<Grants, String> {
+    if column == ALL_LEDGERS {
+        return Ok(Grants::All);
+    }
+    let mut codes = BTreeSet::new();
+    for code in column.split(',') {
+        if code == ALL_LEDGERS {
+            return Err("ledgers: `*` grants every ledger and stands alone, not in a list".into());
+        }
+        if code.is_empty() {
+            return Err(
+                "ledgers: an empty ledger code (comma-separated codes without spaces, or `*`)"
+                    .into(),
+            );
+        }
+        validate_ledger_code(code).map_err(|e| format!("ledgers: {}", e.message))?;
+        if !codes.insert(code.to_owned()) {
+            return Err(format!("ledgers: the ledger {code:?} is listed twice"));
+        }
+    }
+    Ok(Grants::Only(codes))
+}
+
+/// The fourth column that grants `grants` (`*`, or the codes comma-separated).
+pub fn grants_column(grants: &Grants) -> String {
+    match grants {
+        Grants::All => ALL_LEDGERS.to_owned(),
+        Grants::Only(codes) => codes
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join(","),
+    }
 }
 
 /// A caller's name is 1..=[`MAX_CALLER_BYTES`] bytes without whitespace or control
@@ -100,12 +178,26 @@ pub fn token_hash(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
-/// The auth-file line for a token.
+/// The auth-file line for a token, without a fourth column (it grants `default` alone).
 pub fn auth_line(caller: &str, role: Role, token: &str) -> String {
     format!(
         "{caller} {} sha256:{}",
         role.as_str(),
         hex(&token_hash(token))
+    )
+}
+
+/// The auth-file line for a token that grants `ledgers` (a fourth column; `Grants::Only` of
+/// at least one code).
+pub fn auth_line_granting(caller: &str, role: Role, token: &str, ledgers: &Grants) -> String {
+    assert!(
+        *ledgers != Grants::Only(BTreeSet::new()),
+        "an auth-file line grants at least one ledger"
+    );
+    format!(
+        "{} {}",
+        auth_line(caller, role, token),
+        grants_column(ledgers)
     )
 }
 
@@ -138,9 +230,12 @@ enum Credential {
 
 #[derive(Clone, PartialEq, Eq)]
 struct Line {
+    /// Its number in the file, from 1 (errors name it).
+    n: usize,
     caller: String,
     role: Role,
     credential: Credential,
+    grants: Grants,
 }
 
 /// The parsed auth file.
@@ -168,6 +263,67 @@ impl fmt::Display for AuthFileError {
 
 impl std::error::Error for AuthFileError {}
 
+/// One line's fields (`content`: without its comment, not blank), each checked alone.
+fn parse_line(n: usize, content: &str) -> Result<Line, String> {
+    let fields: Vec<&str> = content.split_whitespace().collect();
+    let (caller, role, credential, grants) = match fields[..] {
+        [caller, role, credential] => (caller, role, credential, None),
+        [caller, role, credential, grants] => (caller, role, credential, Some(grants)),
+        _ => {
+            return Err(format!(
+                "expected `CALLER ROLE CREDENTIAL [LEDGERS]` (CREDENTIAL `sha256:<hex>` or `mtls`; LEDGERS comma-separated ledger codes or `*`), found {} fields",
+                fields.len()
+            ))
+        }
+    };
+    validate_caller(caller)?;
+    let role = Role::parse(role).ok_or_else(|| format!("role {role:?} is not {ROLE_NAMES}"))?;
+    let credential = if credential == "mtls" {
+        Credential::Mtls
+    } else if let Some(h) = credential.strip_prefix("sha256:") {
+        Credential::TokenSha256(
+            unhex32(&h.to_ascii_lowercase()).ok_or("sha256: must be followed by 64 hex digits")?,
+        )
+    } else {
+        return Err("credential must be `sha256:<hex>` or `mtls`".into());
+    };
+    let grants = grants.map_or(Ok(Grants::default_only()), parse_grants)?;
+    Ok(Line {
+        n,
+        caller: caller.to_owned(),
+        role,
+        credential,
+        grants,
+    })
+}
+
+/// Why `line` cannot join the lines above it: its credential is listed already, or its
+/// caller has another role or other ledgers on an earlier line.
+fn conflict(above: &[Line], line: &Line) -> Option<String> {
+    let clash = above
+        .iter()
+        .any(|l| match (&l.credential, &line.credential) {
+            (Credential::TokenSha256(a), Credential::TokenSha256(b)) => a == b,
+            (Credential::Mtls, Credential::Mtls) => l.caller == line.caller,
+            _ => false,
+        });
+    if clash {
+        return Some("this credential is already listed above".into());
+    }
+    let other = above
+        .iter()
+        .find(|l| l.caller == line.caller && (l.role, &l.grants) != (line.role, &line.grants))?;
+    Some(format!(
+        "caller {:?} has role {} and ledgers {} here but role {} and ledgers {} on line {}; a caller's lines must agree on role and ledgers",
+        line.caller,
+        line.role,
+        grants_column(&line.grants),
+        other.role,
+        grants_column(&other.grants),
+        other.n
+    ))
+}
+
 impl AuthFile {
     /// Reads and parses an auth file.
     pub fn load(path: &std::path::Path) -> Result<AuthFile, AuthFileError> {
@@ -186,47 +342,12 @@ impl AuthFile {
             if content.is_empty() {
                 continue;
             }
-            let fields: Vec<&str> = content.split_whitespace().collect();
-            let [caller, role, credential] = fields[..] else {
-                return Err(AuthFileError(format!(
-                    "line {n}: expected `CALLER ROLE sha256:<hex>` or `CALLER ROLE mtls`, found {} fields",
-                    fields.len()
-                )));
-            };
-            validate_caller(caller).map_err(|e| AuthFileError(format!("line {n}: {e}")))?;
-            let role = Role::parse(role).ok_or_else(|| {
-                AuthFileError(format!(
-                    "line {n}: role {role:?} is not `writer` or `reader`"
-                ))
-            })?;
-            let credential = if credential == "mtls" {
-                Credential::Mtls
-            } else if let Some(h) = credential.strip_prefix("sha256:") {
-                Credential::TokenSha256(unhex32(&h.to_ascii_lowercase()).ok_or_else(|| {
-                    AuthFileError(format!(
-                        "line {n}: sha256: must be followed by 64 hex digits"
-                    ))
-                })?)
-            } else {
-                return Err(AuthFileError(format!(
-                    "line {n}: credential must be `sha256:<hex>` or `mtls`"
-                )));
-            };
-            let clash = lines.iter().any(|l| match (&l.credential, &credential) {
-                (Credential::TokenSha256(a), Credential::TokenSha256(b)) => a == b,
-                (Credential::Mtls, Credential::Mtls) => l.caller == caller,
-                _ => false,
-            });
-            if clash {
-                return Err(AuthFileError(format!(
-                    "line {n}: this credential is already listed above"
-                )));
+            let line =
+                parse_line(n, content).map_err(|e| AuthFileError(format!("line {n}: {e}")))?;
+            if let Some(e) = conflict(&lines, &line) {
+                return Err(AuthFileError(format!("line {n}: {e}")));
             }
-            lines.push(Line {
-                caller: caller.to_owned(),
-                role,
-                credential,
-            });
+            lines.push(line);
         }
         Ok(AuthFile { lines })
     }
@@ -240,27 +361,28 @@ impl AuthFile {
         self.lines.is_empty()
     }
 
-    /// The caller holding this token. Every token line is compared (in constant time each),
-    /// so the time taken does not tell which line or how much of a hash matched.
-    pub fn by_token(&self, token: &str) -> Option<(&str, Role)> {
+    /// The caller holding this token, its role and its ledgers. Every token line is compared
+    /// (in constant time each), so the time taken does not tell which line or how much of a
+    /// hash matched.
+    pub fn by_token(&self, token: &str) -> Option<(&str, Role, &Grants)> {
         let h = token_hash(token);
         let mut found = None;
         for l in &self.lines {
             if let Credential::TokenSha256(want) = &l.credential {
                 if constant_time_eq(want, &h) && found.is_none() {
-                    found = Some((l.caller.as_str(), l.role));
+                    found = Some((l.caller.as_str(), l.role, &l.grants));
                 }
             }
         }
         found
     }
 
-    /// The role of a client-certificate identity.
-    pub fn by_certificate(&self, identity: &str) -> Option<Role> {
+    /// The role and the ledgers of a client-certificate identity.
+    pub fn by_certificate(&self, identity: &str) -> Option<(Role, &Grants)> {
         self.lines
             .iter()
             .find(|l| l.credential == Credential::Mtls && l.caller == identity)
-            .map(|l| l.role)
+            .map(|l| (l.role, &l.grants))
     }
 }
 
@@ -292,27 +414,36 @@ impl AuthPolicy {
         self.file.is_some() || self.mtls
     }
 
-    /// The caller of a request to `method`, or why it is refused.
-    pub fn authorize(&self, method: &str, presented: Presented<'_>) -> Result<String, LedgerError> {
+    /// The caller of a request to `method` (with the ledgers it is granted), or why it is
+    /// refused. Without authentication: [`Caller::anonymous`], granted every ledger.
+    pub fn authorize(&self, method: &str, presented: Presented<'_>) -> Result<Caller, LedgerError> {
         if !self.enabled() {
-            return Ok(ANONYMOUS.to_owned());
+            return Ok(Caller::anonymous());
         }
         let (caller, role) = self.authenticate(presented)?;
-        if role == Role::Reader && needs_writer(method) {
+        let needed = Role::needed_for(method);
+        if role < needed {
             return Err(LedgerError::new(
                 Reason::PermissionDenied,
-                format!("caller {caller:?} has role reader; {method} needs role writer"),
+                format!(
+                    "caller {:?} has role {role}; {method} needs role {needed}",
+                    caller.name
+                ),
             ));
         }
         Ok(caller)
     }
 
-    fn authenticate(&self, presented: Presented<'_>) -> Result<(String, Role), LedgerError> {
+    fn authenticate(&self, presented: Presented<'_>) -> Result<(Caller, Role), LedgerError> {
+        let caller = |name: &str, grants: &Grants| Caller {
+            name: name.to_owned(),
+            grants: grants.clone(),
+        };
         if let (Some(file), Some(header)) = (&self.file, presented.authorization) {
             let token = bearer(header)?;
             return file
                 .by_token(token)
-                .map(|(c, r)| (c.to_owned(), r))
+                .map(|(c, r, g)| (caller(c, g), r))
                 .ok_or_else(|| unauthenticated("the bearer token is not valid"));
         }
         if self.mtls {
@@ -326,10 +457,11 @@ impl AuthPolicy {
                 None => return Err(unauthenticated("no client certificate was presented")),
             };
             return match &self.file {
-                None => Ok((identity, Role::Writer)),
+                // No auth file: every certificate the CA signed is a writer of every ledger.
+                None => Ok((caller(&identity, &Grants::All), Role::Writer)),
                 Some(file) => file
                     .by_certificate(&identity)
-                    .map(|r| (identity.clone(), r))
+                    .map(|(r, g)| (caller(&identity, g), r))
                     .ok_or_else(|| {
                         unauthenticated(format!(
                             "client certificate identity {identity:?} has no `mtls` line in the auth file"
@@ -444,7 +576,10 @@ mod tests {
         assert!(!line.contains(&t));
         assert!(!line.contains(t.strip_prefix(TOKEN_PREFIX).unwrap()));
         let file = AuthFile::parse(&line).unwrap();
-        assert_eq!(file.by_token(&t), Some(("svc", Role::Reader)));
+        assert_eq!(
+            file.by_token(&t),
+            Some(("svc", Role::Reader, &Grants::default_only()))
+        );
         assert_eq!(file.by_token(&new_token()), None);
     }
 
@@ -502,7 +637,7 @@ mod tests {
         for (header, method, want) in table {
             let got = p.authorize(method, with_header(&header));
             match (got, want) {
-                (Ok(c), Ok(w)) => assert_eq!(c, w, "{method}"),
+                (Ok(c), Ok(w)) => assert_eq!(c.name, w, "{method}"),
                 (Err(e), Err(w)) => {
                     assert_eq!(e.reason, w, "{method}: {}", e.message);
                     assert!(
@@ -519,12 +654,13 @@ mod tests {
     }
 
     #[test]
-    fn without_authentication_everyone_is_the_anonymous_writer() {
+    fn without_authentication_everyone_is_the_anonymous_admin_of_every_ledger() {
         let p = AuthPolicy::default();
-        assert_eq!(
-            p.authorize("Post", Presented::default()).unwrap(),
-            ANONYMOUS
-        );
+        for method in ["Post", "CreateLedger", "ListLedgers"] {
+            let c = p.authorize(method, Presented::default()).unwrap();
+            assert_eq!(c, Caller::anonymous());
+            assert_eq!((c.name.as_str(), c.grants), (ANONYMOUS, Grants::All));
+        }
     }
 
     #[test]
@@ -537,8 +673,11 @@ mod tests {
             authorization: None,
             certificate_identity: Some(Ok(id.to_owned())),
         };
-        assert_eq!(p.authorize("Post", cert("svc-a")).unwrap(), "svc-a");
-        assert_eq!(p.authorize("GetAccount", cert("svc-b")).unwrap(), "svc-b");
+        assert_eq!(p.authorize("Post", cert("svc-a")).unwrap().name, "svc-a");
+        assert_eq!(
+            p.authorize("GetAccount", cert("svc-b")).unwrap().name,
+            "svc-b"
+        );
         assert_eq!(
             p.authorize("Post", cert("svc-b")).unwrap_err().reason,
             Reason::PermissionDenied
@@ -551,7 +690,7 @@ mod tests {
             file: None,
             mtls: true,
         };
-        assert_eq!(open.authorize("Post", cert("svc-c")).unwrap(), "svc-c");
+        assert_eq!(open.authorize("Post", cert("svc-c")).unwrap().name, "svc-c");
     }
 
     #[test]
@@ -559,7 +698,9 @@ mod tests {
         let h = format!("sha256:{}", "ab".repeat(32));
         let table = [
             "svc writer".to_string(),
-            format!("svc admin {h}"),
+            format!("svc owner {h}"),
+            format!("svc writer {h} acme extra"),
+            format!("svc writer {h} Acme"),
             "svc writer sha256:abc".to_string(),
             format!("svc writer md5:{}", "ab".repeat(32)),
             format!("anonymous writer {h}"),
@@ -580,5 +721,275 @@ mod tests {
         assert!(constant_time_eq(&a, &b));
         b[31] ^= 1;
         assert!(!constant_time_eq(&a, &b));
+    }
+
+    fn h(n: u8) -> String {
+        format!("sha256:{}", format!("{n:02x}").repeat(32))
+    }
+
+    fn only(codes: &[&str]) -> Grants {
+        Grants::Only(codes.iter().map(|c| c.to_string()).collect())
+    }
+
+    #[test]
+    fn a_fourth_column_grants_its_ledgers_and_a_line_without_one_grants_default_alone() {
+        let table = [
+            (format!("svc writer {}", h(1)), only(&["default"])),
+            (format!("svc writer {} default", h(1)), only(&["default"])),
+            (format!("svc writer {} acme", h(1)), only(&["acme"])),
+            (
+                format!("svc reader {} globex,acme", h(1)),
+                only(&["acme", "globex"]),
+            ),
+            (
+                format!("svc admin {} acme,default  # comment", h(1)),
+                only(&["acme", "default"]),
+            ),
+            (format!("svc admin {} *", h(1)), Grants::All),
+            (
+                format!("svc writer {} *  # every ledger", h(1)),
+                Grants::All,
+            ),
+        ];
+        for (text, want) in table {
+            let file = AuthFile::parse(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(file.lines[0].grants, want, "{text}");
+        }
+    }
+
+    #[test]
+    fn bad_ledger_columns_are_refused_naming_the_line_and_the_fault() {
+        let table = [
+            ("Acme", "MAX_LEDGER_CODE_CHARS"),
+            ("a.b", "MAX_LEDGER_CODE_CHARS"),
+            (&"a".repeat(65), "MAX_LEDGER_CODE_CHARS"),
+            ("acme,", "empty ledger code"),
+            (",acme", "empty ledger code"),
+            ("acme,,globex", "empty ledger code"),
+            (",", "empty ledger code"),
+            ("*,acme", "stands alone"),
+            ("acme,*", "stands alone"),
+            ("**", "MAX_LEDGER_CODE_CHARS"),
+            ("acme,acme", "listed twice"),
+            ("acme, globex", "found 5 fields"),
+        ];
+        for (column, fault) in table {
+            let text = format!(
+                "ok writer {}
+svc writer {} {column}",
+                h(1),
+                h(2)
+            );
+            let e = AuthFile::parse(&text).expect_err(&text);
+            assert!(e.0.starts_with("line 2: "), "{text}: {e}");
+            assert!(e.0.contains(fault), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_lines_of_one_caller_must_agree_on_role_and_ledgers() {
+        let table = [
+            (format!("svc writer {}\nsvc writer {}", h(1), h(2)), true),
+            (
+                format!("svc writer {}\nsvc writer {} default", h(1), h(2)),
+                true,
+            ),
+            (
+                format!(
+                    "svc writer {} acme,globex\nsvc writer {} globex,acme",
+                    h(1),
+                    h(2)
+                ),
+                true,
+            ),
+            (format!("svc writer {} *\nsvc writer mtls *", h(1)), true),
+            (
+                format!("svc writer {}\nother reader {} acme", h(1), h(2)),
+                true,
+            ),
+            (format!("svc writer {}\nsvc reader {}", h(1), h(2)), false),
+            (format!("svc writer {}\nsvc admin {}", h(1), h(2)), false),
+            (
+                format!("svc writer {} acme\nsvc writer {} globex", h(1), h(2)),
+                false,
+            ),
+            (
+                format!("svc writer {} acme\nsvc writer {} acme,globex", h(1), h(2)),
+                false,
+            ),
+            (format!("svc writer {}\nsvc writer {} *", h(1), h(2)), false),
+            (format!("svc writer {} acme\nsvc writer mtls", h(1)), false),
+            (format!("svc reader mtls\nsvc writer {}", h(1)), false),
+        ];
+        for (text, agree) in table {
+            let got = AuthFile::parse(&text);
+            match (got, agree) {
+                (Ok(_), true) => {}
+                (Err(e), false) => {
+                    assert!(e.0.starts_with("line 2: caller \"svc\""), "{text}: {e}");
+                    assert!(e.0.contains("on line 1;"), "{text}: {e}");
+                }
+                (got, _) => panic!("{text}: {got:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn each_role_may_call_what_its_role_and_the_ones_below_it_may() {
+        let (r, w, a) = (new_token(), new_token(), new_token());
+        let p = policy(&format!(
+            "{}\n{}\n{}",
+            auth_line("svc-r", Role::Reader, &r),
+            auth_line("svc-w", Role::Writer, &w),
+            auth_line_granting("svc-a", Role::Admin, &a, &Grants::All)
+        ));
+        // method, and whether reader, writer, admin may call it
+        let table = [
+            ("GetAccount", [true, true, true]),
+            ("ListPostings", [true, true, true]),
+            ("GetLedger", [true, true, true]),
+            ("ListLedgers", [true, true, true]),
+            ("CreateAccount", [false, true, true]),
+            ("Post", [false, true, true]),
+            ("PostBatch", [false, true, true]),
+            ("Void", [false, true, true]),
+            ("Capture", [false, true, true]),
+            ("SomethingNew", [false, true, true]),
+            ("CreateLedger", [false, false, true]),
+        ];
+        for (method, allowed) in table {
+            for (token, ok) in [&r, &w, &a].into_iter().zip(allowed) {
+                let got = p.authorize(method, with_header(&format!("Bearer {token}")));
+                match (got, ok) {
+                    (Ok(_), true) => {}
+                    (Err(e), false) => {
+                        assert_eq!(e.reason, Reason::PermissionDenied, "{method}");
+                        let needed = Role::needed_for(method);
+                        assert!(
+                            e.message
+                                .ends_with(&format!("{method} needs role {needed}")),
+                            "{method}: {}",
+                            e.message
+                        );
+                    }
+                    (got, _) => panic!("{method}: {got:?}"),
+                }
+            }
+        }
+        let e = p
+            .authorize("CreateLedger", with_header(&format!("Bearer {w}")))
+            .unwrap_err();
+        assert_eq!(
+            e.message,
+            "caller \"svc-w\" has role writer; CreateLedger needs role admin"
+        );
+    }
+
+    #[test]
+    fn only_ledger_creation_needs_admin_and_every_write_method_still_needs_writer() {
+        let writes = [
+            "CreateAccount",
+            "Post",
+            "PostBatch",
+            "Void",
+            "Capture",
+            "CreateLedger",
+        ];
+        let methods =
+            crate::access::METHODS
+                .into_iter()
+                .chain(["CreateLedger", "GetLedger", "ListLedgers"]);
+        for m in methods {
+            assert_eq!(needs_writer(m), writes.contains(&m), "{m}");
+            assert_eq!(needs_admin(m), m == "CreateLedger", "{m}");
+            let want = match m {
+                "CreateLedger" => Role::Admin,
+                _ if writes.contains(&m) => Role::Writer,
+                _ => Role::Reader,
+            };
+            assert_eq!(Role::needed_for(m), want, "{m}");
+        }
+        assert!(Role::Reader < Role::Writer && Role::Writer < Role::Admin);
+        for role in [Role::Reader, Role::Writer, Role::Admin] {
+            assert_eq!(Role::parse(role.as_str()), Some(role));
+        }
+        assert_eq!(Role::parse("owner"), None);
+    }
+
+    #[test]
+    fn a_callers_grants_come_with_it_from_its_token_or_its_certificate_line() {
+        let t = new_token();
+        let p = AuthPolicy {
+            file: Some(
+                AuthFile::parse(&format!(
+                    "{}\nsvc-m writer mtls globex\nsvc-d reader mtls\nsvc-s admin mtls *",
+                    auth_line_granting("svc-t", Role::Writer, &t, &only(&["acme"]))
+                ))
+                .unwrap(),
+            ),
+            mtls: true,
+        };
+        let cert = |id: &str| Presented {
+            authorization: None,
+            certificate_identity: Some(Ok(id.to_owned())),
+        };
+        let header = format!("Bearer {t}");
+        let table = [
+            (with_header(&header), "svc-t", only(&["acme"])),
+            (cert("svc-m"), "svc-m", only(&["globex"])),
+            (cert("svc-d"), "svc-d", Grants::default_only()),
+            (cert("svc-s"), "svc-s", Grants::All),
+        ];
+        for (presented, name, grants) in table {
+            let c = p.authorize("GetAccount", presented).unwrap();
+            assert_eq!(
+                c,
+                Caller {
+                    name: name.into(),
+                    grants
+                },
+                "{name}"
+            );
+        }
+        let open = AuthPolicy {
+            file: None,
+            mtls: true,
+        };
+        let c = open.authorize("Post", cert("svc-x")).unwrap();
+        assert_eq!(
+            c.grants,
+            Grants::All,
+            "no auth file: every certificate, every ledger"
+        );
+        assert_eq!(
+            open.authorize("CreateLedger", cert("svc-x"))
+                .unwrap_err()
+                .reason,
+            Reason::PermissionDenied
+        );
+    }
+
+    #[test]
+    fn a_granting_line_prints_its_fourth_column_and_parses_back_to_the_same_grants() {
+        let t = new_token();
+        for (grants, column) in [
+            (Grants::All, "*"),
+            (only(&["globex", "acme"]), "acme,globex"),
+            (Grants::default_only(), "default"),
+        ] {
+            let line = auth_line_granting("svc", Role::Admin, &t, &grants);
+            assert!(line.ends_with(&format!(" {column}")), "{line}");
+            assert_eq!(line.split_whitespace().count(), 4, "{line}");
+            let file = AuthFile::parse(&line).unwrap();
+            assert_eq!(file.by_token(&t), Some(("svc", Role::Admin, &grants)));
+            assert_eq!(parse_grants(column).unwrap(), grants);
+            assert_eq!(grants_column(&grants), column);
+        }
+        assert_eq!(
+            auth_line("svc", Role::Writer, &t)
+                .split_whitespace()
+                .count(),
+            3
+        );
     }
 }

@@ -1,9 +1,9 @@
 //! The access layer around the `ledger.v1.Ledger` service: drain refusal, authentication and
-//! roles (sets the [`Caller`] extension), the turn of `List*` calls (`MAX_PAGES_IN_PROGRESS`),
-//! contract errors for transport-level failures (oversized or undecodable requests, and the
-//! transport's own errors: [`transport_status`]), and one metric sample and one debug log line
-//! per request (with the code the client got, also when the transport answered instead: a
-//! passed deadline, a full response budget).
+//! roles (sets the [`Caller`] extension: its name and granted ledgers), the turn of `List*`
+//! calls (`MAX_PAGES_IN_PROGRESS`), contract errors for transport-level failures (oversized or
+//! undecodable requests, and the transport's own errors: [`transport_status`]), and one metric
+//! sample and one debug log line per request (with the code the client got, also when the
+//! transport answered instead: a passed deadline, a full response budget).
 //!
 //! Health and reflection are not wrapped: they stay open.
 
@@ -202,8 +202,8 @@ where
                 return Box::pin(async move { Ok(probe.wrap(resp)) });
             }
         };
-        probe.caller.clone_from(&caller);
-        req.extensions_mut().insert(Caller(caller));
+        probe.caller.clone_from(&caller.name);
+        req.extensions_mut().insert(caller);
         let turn = builds_a_page(method).then(|| state.pages.clone());
         // The usual tower pattern: the clone that was made ready serves this call.
         let clone = self.inner.clone();
@@ -221,7 +221,7 @@ where
 
 /// The caller of a call, or why it is refused: the server is draining, or the credentials do
 /// not allow it.
-fn admit(state: &AccessState, req: &http::Request<Body>) -> Result<String, LedgerError> {
+fn admit(state: &AccessState, req: &http::Request<Body>) -> Result<Caller, LedgerError> {
     if state.draining() {
         return Err(LedgerError::new(
             Reason::StorageUnavailable,

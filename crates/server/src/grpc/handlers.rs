@@ -31,13 +31,17 @@ impl LedgerGrpc {
 fn caller<T>(req: &Request<T>) -> String {
     req.extensions()
         .get::<Caller>()
-        .map(|c| c.0.clone())
+        .map(|c| c.name.clone())
         .unwrap_or_else(|| ANONYMOUS.to_owned())
 }
 
-/// The ledgers the caller may use (every one when authentication is off).
-fn grants<T>(_req: &Request<T>) -> Grants {
-    Grants::All
+/// The ledgers the caller of a request is granted (every one without the extension: no auth
+/// layer, as without authentication).
+fn grants<T>(req: &Request<T>) -> Grants {
+    req.extensions()
+        .get::<Caller>()
+        .map(|c| c.grants.clone())
+        .unwrap_or(Grants::All)
 }
 
 type Reply<T> = Result<Response<T>, Status>;

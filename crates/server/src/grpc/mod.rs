@@ -13,10 +13,24 @@ pub use ledger_client::pb;
 /// The encoded descriptor set of `ledger.v1` (served by reflection).
 pub use ledger_client::FILE_DESCRIPTOR_SET;
 
-/// The authenticated caller of a request (set by the auth layer; `anonymous` without one):
-/// at most [`MAX_CALLER_BYTES`], as the auth file's names are (`access::auth`).
+/// The authenticated caller of a request (set by the auth layer): its name, at most
+/// [`MAX_CALLER_BYTES`] as the auth file's names are (`access::auth`), and the ledgers its
+/// line grants. Without authentication it is [`Caller::anonymous`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Caller(pub String);
+pub struct Caller {
+    pub name: String,
+    pub grants: ledger_core::ledger::Grants,
+}
+
+impl Caller {
+    /// The caller of every call when authentication is off: `anonymous`, granted every ledger.
+    pub fn anonymous() -> Caller {
+        Caller {
+            name: ANONYMOUS.to_owned(),
+            grants: ledger_core::ledger::Grants::All,
+        }
+    }
+}
 
 /// The caller name used when authentication is off.
 pub const ANONYMOUS: &str = "anonymous";
