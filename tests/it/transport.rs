@@ -154,7 +154,7 @@ async fn lock_the_journal(t: &TestLedger) -> tokio_postgres::Client {
     let db = t.db().await;
     db.batch_execute(
         "BEGIN; LOCK TABLE accounts, account_totals, postings, entries, idempotency_keys, \
-         rejections, outbox, ledger_state IN ACCESS EXCLUSIVE MODE",
+         rejections, outbox, ledger_state, ledgers IN ACCESS EXCLUSIVE MODE",
     )
     .await
     .expect("journal locked");
@@ -203,6 +203,11 @@ fn one_write_call(method: &str, posting_id: &str) -> Option<Vec<u8>> {
         "Capture" => pb::CaptureRequest {
             idempotency_key: "late-capture".into(),
             hold_posting_id: posting_id.into(),
+            ..Default::default()
+        }
+        .encode_to_vec(),
+        "CreateLedger" => pb::CreateLedgerRequest {
+            code: "late".into(),
             ..Default::default()
         }
         .encode_to_vec(),
@@ -256,6 +261,15 @@ fn one_read_call(method: &str, posting_id: &str) -> Vec<u8> {
             ledger: String::new(),
             account,
             as_of: None,
+            page_size: 10,
+            page_token: token,
+        }
+        .encode_to_vec(),
+        "GetLedger" => pb::GetLedgerRequest {
+            code: "not-cached".into(),
+        }
+        .encode_to_vec(),
+        "ListLedgers" => pb::ListLedgersRequest {
             page_size: 10,
             page_token: token,
         }

@@ -31,7 +31,7 @@ use tonic::Code;
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The methods of `ledger.v1.Ledger` (metric labels are only ever one of these or `unknown`).
-pub const METHODS: [&str; 12] = [
+pub const METHODS: [&str; 15] = [
     "CreateAccount",
     "GetAccount",
     "ListAccounts",
@@ -44,6 +44,9 @@ pub const METHODS: [&str; 12] = [
     "GetBalance",
     "ListBalances",
     "ListEntries",
+    "CreateLedger",
+    "GetLedger",
+    "ListLedgers",
 ];
 
 /// Shared state of the access layer: the policy, the drain flag, requests in flight, the
