@@ -557,3 +557,66 @@ async fn a_request_naming_a_ledger_that_does_not_exist_is_ledger_not_found_and_w
     assert_error(&e, Code::InvalidArgument, "INVALID_FIELD");
     assert_eq!(t.count("idempotency_keys").await, 0);
 }
+
+/// Full scans of the tables that hold a row per ledger, so far (statistics flushed).
+async fn ledger_table_scans(db: &tokio_postgres::Client) -> i64 {
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    db.query_one(
+        "SELECT coalesce(sum(seq_scan), 0)::bigint FROM pg_stat_user_tables
+         WHERE relname IN ('ledgers', 'ledger_state', 'outbox_progress')",
+        &[],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+#[tokio::test]
+async fn ten_thousand_ledgers_in_one_database_leave_a_write_to_one_of_them_on_its_own_rows() {
+    let mut t = TestLedger::start().await;
+    let db = t.db().await;
+    db.batch_execute(
+        "WITH l AS (INSERT INTO ledgers (code, description, metadata)
+                    SELECT 'many-' || g, 'the books of many-' || g, '{}' FROM generate_series(1, 10000) g RETURNING ledger_id),
+              s AS (INSERT INTO ledger_state SELECT ledger_id, ledger_id::bigint << 40, 'epoch' FROM l RETURNING 1)
+         INSERT INTO outbox_progress SELECT ledger_id, ledger_id::bigint << 40, now() FROM l;
+         ANALYZE ledgers, ledger_state, outbox_progress;",
+    )
+    .await
+    .unwrap();
+    books(&mut t.client, "many-5000").await;
+    let before = ledger_table_scans(&db).await;
+    for i in 0..50 {
+        let p = t
+            .client
+            .post(post_in("many-5000", &format!("k-{i}"), "1.00"))
+            .await
+            .unwrap();
+        assert_eq!(p.into_inner().posting.unwrap().sequence, i + 1);
+    }
+    let after = ledger_table_scans(&db).await;
+    assert_eq!(
+        after - before,
+        0,
+        "a write reads its ledger's rows by key, never all ledgers'"
+    );
+    let mut all = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page = t
+            .client
+            .list_ledgers(pb::ListLedgersRequest {
+                page_size: 1000,
+                page_token: token,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        all.extend(page.ledgers.into_iter().map(|l| l.code));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    assert_eq!(all.len(), 10_001, "every ledger listed once, default too");
+}
