@@ -143,7 +143,8 @@ async fn setup(
         })
         .collect();
     for chunk in fund.chunks(ledger_server::writer::MAX_BATCH) {
-        ledger_server::writer::apply_alone(conn, chunk).await?;
+        ledger_server::writer::apply_alone(conn, ledger_core::ledger::DEFAULT_LEDGER_ID, chunk)
+            .await?;
     }
     Ok(accounts)
 }

@@ -466,7 +466,14 @@ async fn queue(
     commands: Vec<ledger_core::write::Command>,
 ) -> tokio::task::JoinHandle<Result<Vec<ledger_core::write::Outcome>, ledger_core::LedgerError>> {
     let w = writer.clone();
-    let handle = tokio::spawn(async move { w.submit_all("anonymous", commands).await });
+    let handle = tokio::spawn(async move {
+        w.submit_all(
+            ledger_core::ledger::DEFAULT_LEDGER_ID,
+            "anonymous",
+            commands,
+        )
+        .await
+    });
     tokio::time::sleep(std::time::Duration::from_millis(150)).await;
     handle
 }
@@ -566,7 +573,10 @@ async fn a_call_is_queued_whole_or_refused_whole_naming_max_write_queue_and_deci
     let chain = queue(&writer, chain).await;
     // 9 of 12 requests waiting: a call of 4 does not fit, nor one larger than the queue.
     let four = (0..4).map(|i| single(&format!("four-{i}"))).collect();
-    let e = writer.submit_all("anonymous", four).await.unwrap_err();
+    let e = writer
+        .submit_all(ledger_core::ledger::DEFAULT_LEDGER_ID, "anonymous", four)
+        .await
+        .unwrap_err();
     assert_eq!(e.reason, ledger_core::Reason::StorageUnavailable);
     assert!(e.message.contains("MAX_WRITE_QUEUE"), "{}", e.message);
     assert!(
@@ -575,7 +585,10 @@ async fn a_call_is_queued_whole_or_refused_whole_naming_max_write_queue_and_deci
         e.message
     );
     let huge = (0..13).map(|i| single(&format!("huge-{i}"))).collect();
-    let e = writer.submit_all("anonymous", huge).await.unwrap_err();
+    let e = writer
+        .submit_all(ledger_core::ledger::DEFAULT_LEDGER_ID, "anonymous", huge)
+        .await
+        .unwrap_err();
     assert!(e.message.contains("can never fit"), "{}", e.message);
     let pair = queue(&writer, vec![single("pair-0"), single("pair-1")]).await;
 

@@ -250,9 +250,10 @@ async fn a_batch_with_a_void_of_a_corrupt_posting_refuses_that_void_and_commits_
     let pool = ledger_server::storage::pool(&t.database_url, 2).unwrap();
     let batch = mixed_batch(&pool, id, 3).await;
     let client = pool.get().await.unwrap();
-    let outcomes = ledger_server::writer::apply_alone(&client, &batch)
-        .await
-        .expect("the batch commits");
+    let outcomes =
+        ledger_server::writer::apply_alone(&client, ledger_core::ledger::DEFAULT_LEDGER_ID, &batch)
+            .await
+            .expect("the batch commits");
     let refused = outcomes[0].as_ref().unwrap_err();
     assert_eq!(refused.reason, ledger_core::Reason::JournalCorrupt);
     assert!(refused.message.contains(&format!("sequence {sequence}")));

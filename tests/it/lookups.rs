@@ -44,7 +44,9 @@ async fn a_page_of_postings_looks_up_each_ones_void_on_its_index_not_every_void_
                 p
             })
             .collect();
-        let out = writer::apply_alone(&w, &posts).await.unwrap();
+        let out = writer::apply_alone(&w, ledger_core::ledger::DEFAULT_LEDGER_ID, &posts)
+            .await
+            .unwrap();
         let voids: Vec<WriteRequest> = out
             .iter()
             .enumerate()
@@ -54,7 +56,9 @@ async fn a_page_of_postings_looks_up_each_ones_void_on_its_index_not_every_void_
                 void_of(&p.posting_id, &format!("v{round}-{i}"))
             })
             .collect();
-        let out = writer::apply_alone(&w, &voids).await.unwrap();
+        let out = writer::apply_alone(&w, ledger_core::ledger::DEFAULT_LEDGER_ID, &voids)
+            .await
+            .unwrap();
         assert!(out.iter().all(|o| o.is_ok()), "{:?}", out.first());
     }
     t.db().await.batch_execute("ANALYZE").await.unwrap();

@@ -28,7 +28,7 @@ async fn a_batch_answers_its_accepted_rejected_and_duplicate_postings_each_on_th
         valid_transfer(&db, "fund", "equity:world", "acct:0", "10.00").await,
         valid_transfer(&db, "pay", "acct:0", "acct:1", "5.00").await,
     ];
-    let out = writer::apply_alone(&db, &batch)
+    let out = writer::apply_alone(&db, ledger_core::ledger::DEFAULT_LEDGER_ID, &batch)
         .await
         .expect("batch commits");
     assert_eq!(out.len(), batch.len());
@@ -98,7 +98,7 @@ async fn two_batches_claiming_the_same_keys_in_opposite_orders_post_each_key_onc
             let pool = pool.clone();
             tokio::spawn(async move {
                 let db = pool.get().await.unwrap();
-                writer::apply_alone(&db, &reqs).await
+                writer::apply_alone(&db, ledger_core::ledger::DEFAULT_LEDGER_ID, &reqs).await
             })
         };
         let (a, b) = (run(forward), run(backward));
@@ -203,7 +203,9 @@ async fn the_writer_does_not_scan_tables_that_grew_after_its_statements_were_pre
         if i >= 2 {
             batch.push(void_of(&warm[i - 2], &format!("warm-void-{i}")));
         }
-        let out = writer::apply_alone(&w, &batch).await.unwrap();
+        let out = writer::apply_alone(&w, ledger_core::ledger::DEFAULT_LEDGER_ID, &batch)
+            .await
+            .unwrap();
         assert!(out[1].as_ref().unwrap().replayed);
         assert!(out.iter().all(|o| o.is_ok()), "{out:?}");
         warm.push(out[0].as_ref().unwrap().posting.posting_id);
@@ -260,7 +262,9 @@ async fn the_writer_does_not_scan_tables_that_grew_after_its_statements_were_pre
         );
         // A void: of the last warm posting, then of the previous batch's first posting.
         reqs.push(void_of(&target, &format!("grown-void-{i}")));
-        let out = writer::apply_alone(&w, &reqs).await.unwrap();
+        let out = writer::apply_alone(&w, ledger_core::ledger::DEFAULT_LEDGER_ID, &reqs)
+            .await
+            .unwrap();
         assert!(out.iter().all(|o| o.is_ok()), "{out:?}");
         assert!(out[out.len() - 2].as_ref().unwrap().replayed);
         target = out[0].as_ref().unwrap().posting.posting_id;
@@ -314,7 +318,7 @@ async fn a_failed_batch_writes_nothing_and_answers_every_caller_unavailable() {
         valid_transfer(&db, "b", "acct:2", "acct:1", "1.00").await,
         valid_transfer(&db, "a", "acct:0", "acct:1", "1.00").await,
     ];
-    let err = writer::apply_alone(&db, &batch)
+    let err = writer::apply_alone(&db, ledger_core::ledger::DEFAULT_LEDGER_ID, &batch)
         .await
         .expect_err("the batch transaction fails");
     assert!(err.to_string().contains("outbox refused"), "{err}");

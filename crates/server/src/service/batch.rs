@@ -52,7 +52,10 @@ impl Ledger {
             .map(|r| r.and_then(|req| req.validate(&accounts)))
             .collect();
         let (commands, mut outcomes) = split(valid);
-        let decided = self.writer.submit_all(caller, commands).await?;
+        let decided = self
+            .writer
+            .submit_all(ledger_core::ledger::DEFAULT_LEDGER_ID, caller, commands)
+            .await?;
         fill(&mut outcomes, decided);
         Ok(outcomes
             .into_iter()

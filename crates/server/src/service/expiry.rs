@@ -68,7 +68,14 @@ impl Ledger {
             .collect();
         // One job: queued whole and decided in one batch, or refused whole (then the round
         // fails and the next one asks again).
-        let outcomes = self.writer.submit_all(LEDGER_CALLER, commands).await?;
+        let outcomes = self
+            .writer
+            .submit_all(
+                ledger_core::ledger::DEFAULT_LEDGER_ID,
+                LEDGER_CALLER,
+                commands,
+            )
+            .await?;
         let mut round = Round {
             complete: due.len() < MAX_EXPIRIES_PER_ROUND,
             now: Some(now),

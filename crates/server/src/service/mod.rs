@@ -168,7 +168,11 @@ impl Ledger {
         let accounts = self.accounts(&codes).await?;
         let valid = req.validate(&accounts)?;
         self.writer
-            .submit(caller.to_owned(), Command::Post(valid))
+            .submit(
+                ledger_core::ledger::DEFAULT_LEDGER_ID,
+                caller.to_owned(),
+                Command::Post(valid),
+            )
             .await
     }
 
@@ -176,7 +180,11 @@ impl Ledger {
     pub async fn void(&self, caller: &str, req: VoidRequest) -> Result<Decided, LedgerError> {
         let valid = req.validate()?;
         self.writer
-            .submit(caller.to_owned(), Command::Void(valid))
+            .submit(
+                ledger_core::ledger::DEFAULT_LEDGER_ID,
+                caller.to_owned(),
+                Command::Void(valid),
+            )
             .await
     }
 
@@ -186,7 +194,13 @@ impl Ledger {
         let (hold, codes) = req.check_shape()?;
         let accounts = self.accounts(&codes).await?;
         self.writer
-            .submit_capture(caller.to_owned(), hold, req, accounts)
+            .submit_capture(
+                ledger_core::ledger::DEFAULT_LEDGER_ID,
+                caller.to_owned(),
+                hold,
+                req,
+                accounts,
+            )
             .await
     }
 
