@@ -131,6 +131,7 @@ impl TuningArgs {
                 batch_max: self.max_batch,
                 queue_max: self.max_write_queue,
                 batch_timeout: self.batch_timeout.0,
+                ..WriterTuning::default()
             },
             accounts_cached_max: self.max_cached_accounts,
             drain_timeout: self.drain_timeout.0,

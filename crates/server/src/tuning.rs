@@ -55,10 +55,10 @@ impl Tuning {
         self.writer.check()?;
         self.transport.check()?;
         self.replicas.check()?;
-        if self.pool.size <= self.writer.lanes {
+        if self.pool.size <= self.writer.max_lanes {
             return Err(format!(
-                "the pool ({} connections, --pool-size) must have more than WRITER_LANES ({}): each lane holds one",
-                self.pool.size, self.writer.lanes
+                "the pool ({} connections, --pool-size) must have more than MAX_WRITER_LANES ({}): each lane holds one",
+                self.pool.size, self.writer.max_lanes
             ));
         }
         let batch = ledger_core::limits::MAX_BATCH_REQUESTS;
@@ -89,8 +89,11 @@ mod tests {
     fn the_defaults_agree_and_knobs_that_cannot_work_together_are_refused_by_name() {
         Tuning::default().check().unwrap();
         let mut t = Tuning::default();
-        t.pool.size = t.writer.lanes;
-        assert!(t.check().unwrap_err().contains("WRITER_LANES"));
+        t.pool.size = t.writer.max_lanes;
+        assert!(t.check().unwrap_err().contains("MAX_WRITER_LANES"));
+        let mut t = Tuning::default();
+        t.writer.lanes = t.writer.max_lanes + 1;
+        assert!(t.check().unwrap_err().contains("MAX_WRITER_LANES"));
         let mut t = Tuning::default();
         t.writer.batch_max = t.writer.queue_max + 1;
         assert!(t.check().unwrap_err().contains("MAX_WRITE_QUEUE"));
