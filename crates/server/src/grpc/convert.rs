@@ -148,12 +148,12 @@ pub fn void_from_pb(r: pb::VoidRequest) -> Result<VoidRequest, LedgerError> {
     })
 }
 
-/// A posting message.
-pub fn posting_to_pb(p: &Posting) -> pb::Posting {
+/// A posting message of the ledger `ledger_code`: its sequence is the one within that ledger.
+pub fn posting_to_pb(p: &Posting, ledger_code: &str) -> pb::Posting {
     pb::Posting {
-        ledger: String::new(),
+        ledger: ledger_code.to_owned(),
         posting_id: p.posting_id.to_string(),
-        sequence: p.sequence,
+        sequence: ledger_core::ledger::in_ledger(p.sequence as i64) as u64,
         idempotency_key: p.idempotency_key.clone(),
         legs: p
             .legs
@@ -232,7 +232,10 @@ pub fn batch_result_to_pb(outcome: Result<Decided, LedgerError>) -> pb::PostBatc
     pb::PostBatchResult {
         outcome: Some(match outcome {
             Ok(d) => Outcome::Response(pb::PostResponse {
-                posting: Some(posting_to_pb(&d.posting)),
+                posting: Some(posting_to_pb(
+                    &d.posting,
+                    ledger_core::ledger::DEFAULT_LEDGER,
+                )),
                 replayed: d.replayed,
             }),
             Err(e) => Outcome::Error(super::status::to_rpc_status(e)),
@@ -376,7 +379,7 @@ mod tests {
         fn wire_sizes_bound_the_real_encoding(p in posting(), code in text(128), currency in text(16), m in meta(), a in amount(), t in at()) {
             use prost::Message;
             let framed = |len: usize| len + prost::length_delimiter_len(len) + 1;
-            prop_assert!(framed(posting_to_pb(&p).encoded_len()) <= p.wire_size());
+            prop_assert!(framed(posting_to_pb(&p, ledger_core::ledger::DEFAULT_LEDGER).encoded_len()) <= p.wire_size());
             let account = Account { id: 1, code: code.clone(), currency: currency.clone(), scale: 18, normal_balance: NormalBalance::Credit, allow_negative: true, metadata: m, created_at: t };
             prop_assert!(framed(account_to_pb(&account).encoded_len()) <= account.wire_size());
             let at = AppliedAsOf { recorded_at: t, effective_at: t, sequence: u64::MAX };

@@ -110,7 +110,10 @@ impl ledger_server::Ledger for LedgerGrpc {
         }
         .await;
         reply(result.map(|d| pb::PostResponse {
-            posting: Some(posting_to_pb(&d.posting)),
+            posting: Some(posting_to_pb(
+                &d.posting,
+                ledger_core::ledger::DEFAULT_LEDGER,
+            )),
             replayed: d.replayed,
         }))
     }
@@ -138,7 +141,10 @@ impl ledger_server::Ledger for LedgerGrpc {
         }
         .await;
         reply(result.map(|d| pb::VoidResponse {
-            posting: Some(posting_to_pb(&d.posting)),
+            posting: Some(posting_to_pb(
+                &d.posting,
+                ledger_core::ledger::DEFAULT_LEDGER,
+            )),
             replayed: d.replayed,
         }))
     }
@@ -151,7 +157,10 @@ impl ledger_server::Ledger for LedgerGrpc {
         }
         .await;
         reply(result.map(|d| pb::CaptureResponse {
-            posting: Some(posting_to_pb(&d.posting)),
+            posting: Some(posting_to_pb(
+                &d.posting,
+                ledger_core::ledger::DEFAULT_LEDGER,
+            )),
             replayed: d.replayed,
         }))
     }
@@ -175,7 +184,7 @@ impl ledger_server::Ledger for LedgerGrpc {
             }
         }
         .await;
-        reply(result.map(|p| posting_to_pb(&p)))
+        reply(result.map(|p| posting_to_pb(&p, ledger_core::ledger::DEFAULT_LEDGER)))
     }
 
     async fn list_postings(
@@ -188,7 +197,10 @@ impl ledger_server::Ledger for LedgerGrpc {
                 .list_postings(&r.account, r.page_size, &r.page_token)
                 .await
                 .map(|(postings, next)| pb::ListPostingsResponse {
-                    postings: postings.iter().map(posting_to_pb).collect(),
+                    postings: postings
+                        .iter()
+                        .map(|p| posting_to_pb(p, ledger_core::ledger::DEFAULT_LEDGER))
+                        .collect(),
                     next_page_token: next,
                 }),
         )
