@@ -1,9 +1,14 @@
 //! Reads posting events from the `LEDGER` stream with a durable JetStream consumer and prints
-//! them: `cargo run --example consume_events -- nats://127.0.0.1:4222 [consumer-name]`.
+//! them: `cargo run --example consume_events -- nats://127.0.0.1:4222 [consumer-name]
+//! [ledger-code]`. Every ledger's events by default (subjects `ledger.postings.>`), or one
+//! ledger's (`ledger.postings.<ledger-code>`). A durable consumer keeps the filter it was made
+//! with: give each filter its own consumer name (the default name says which ledger).
 //!
-//! An event is a protobuf `ledger.v1.PostingEvent`; its `Nats-Msg-Id` header is the posting id.
-//! Acknowledge an event only after your own side effect is durable; a redelivered event has the
-//! same posting id and sequence, so de-duplicate by them.
+//! An event is a protobuf `ledger.v1.PostingEvent` naming its ledger; its `Nats-Msg-Id` header
+//! is the posting id. Each ledger's events come in its sequence order (a posting's `sequence`
+//! is the one within its ledger); the order of two ledgers' events relative to each other means
+//! nothing. Acknowledge an event only after your own side effect is durable; a redelivered
+//! event has the same posting id, ledger and sequence, so de-duplicate by them.
 //!
 //! Not every posting moves money: a posting's `kind` says what it is. A hold reserves its legs
 //! and moves nothing until its capture (which moves what it captures); its release (a void of
@@ -17,12 +22,22 @@ use ledger_client::pb::{Posting, PostingEvent, PostingKind};
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let mut args = std::env::args().skip(1);
+    // nats-url, consumer-name, ledger-code: each optional, in that order.
     let url = args
         .next()
         .unwrap_or_else(|| "nats://127.0.0.1:4222".into());
-    let name = args
-        .next()
-        .unwrap_or_else(|| "consume-events-example".into());
+    let name = args.next();
+    let ledger = args.next();
+    let (filter, name) = match &ledger {
+        Some(code) => (
+            ledger_server::outbox::subject(code),
+            name.unwrap_or_else(|| format!("consume-events-example-{code}")),
+        ),
+        None => (
+            ledger_server::outbox::STREAM_SUBJECTS.to_owned(),
+            name.unwrap_or_else(|| "consume-events-example".into()),
+        ),
+    };
 
     let js = jetstream::new(async_nats::connect(url).await?);
     let consumer = js
@@ -32,7 +47,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             &name,
             pull::Config {
                 durable_name: Some(name.clone()),
-                filter_subject: ledger_server::outbox::SUBJECT.into(),
+                filter_subject: filter,
                 ..Default::default()
             },
         )
@@ -42,15 +57,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         let msg = msg?;
         let event: PostingEvent = prost::Message::decode(msg.payload.as_ref())?;
         let p = event.posting.ok_or("an event without a posting")?;
-        println!("{}", line(&p));
+        println!("{}", line(&event.ledger, &p));
         msg.ack().await?;
     }
     Ok(())
 }
 
-/// One event as a line: sequence, id, what the posting is, its key, its legs, and what it
-/// does with them (moves them or not, and the posting or hold it acts on).
-fn line(p: &Posting) -> String {
+/// One event as a line: ledger, sequence, id, what the posting is, its key, its legs, and
+/// what it does with them (moves them or not, and the posting or hold it acts on).
+fn line(ledger: &str, p: &Posting) -> String {
     let kind = p.kind();
     let what = match kind {
         PostingKind::Posting => "posting",
@@ -90,7 +105,7 @@ fn line(p: &Posting) -> String {
         format!(" ({})", notes.join("; "))
     };
     format!(
-        "#{} {} {what} key={} {}{notes}",
+        "{ledger} #{} {} {what} key={} {}{notes}",
         p.sequence,
         p.posting_id,
         p.idempotency_key,
@@ -161,7 +176,7 @@ mod tests {
             ),
         ];
         for (p, want) in cases {
-            assert_eq!(line(&p), want);
+            assert_eq!(line("eu-books", &p), format!("eu-books {want}"));
         }
     }
 }

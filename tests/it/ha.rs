@@ -747,11 +747,7 @@ async fn the_stream_leader_sigkilled_while_events_flow_leaves_every_event_once_i
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let published = async || {
-        crate::support::nats::backlog(&t.database_url)
-            .await
-            .published_sequence
-    };
+    let published = async || crate::support::nats::published(&t.database_url).await;
     let before = published().await;
     let kill = Instant::now();
     nats.kill(leader);
@@ -823,6 +819,12 @@ async fn the_stream_leader_sigkilled_while_events_flow_leaves_every_event_once_i
     assert_eq!(
         got, journal,
         "every posting's event once, in sequence order"
+    );
+    assert!(
+        events
+            .iter()
+            .all(|e| e.subject == "ledger.postings.default" && e.ledger == "default"),
+        "on the ledger's own subject"
     );
 }
 

@@ -163,6 +163,7 @@ pub async fn read_stream_at(url: &str) -> Vec<StreamEvent> {
                     stream_sequence: info.stream_sequence,
                     subject: m.subject.to_string(),
                     msg_id,
+                    ledger: event.ledger,
                     posting: event.posting.expect("event holds a posting"),
                 });
             }
@@ -189,6 +190,8 @@ pub struct StreamEvent {
     pub stream_sequence: u64,
     pub subject: String,
     pub msg_id: String,
+    /// The `PostingEvent`'s ledger code.
+    pub ledger: String,
     pub posting: pb::Posting,
 }
 
@@ -319,11 +322,31 @@ pub fn strip_ansi(s: &str) -> String {
     out
 }
 
-/// The outbox backlog of a database, read with `ledger_server::outbox::backlog`.
+/// The outbox backlog of a database over every ledger, read with
+/// `ledger_server::outbox::backlog`.
 pub async fn backlog(database_url: &str) -> ledger_server::outbox::Backlog {
     let pool = ledger_server::storage::pool(database_url, 1).unwrap();
     let client = pool.get().await.unwrap();
     ledger_server::outbox::backlog(&client).await.unwrap()
+}
+
+/// The outbox backlog of one ledger (by id), read with `ledger_server::outbox::ledger_backlog`.
+pub async fn ledger_backlog(
+    database_url: &str,
+    ledger: i32,
+) -> ledger_server::outbox::LedgerBacklog {
+    let pool = ledger_server::storage::pool(database_url, 1).unwrap();
+    let client = pool.get().await.unwrap();
+    ledger_server::outbox::ledger_backlog(&client, ledger)
+        .await
+        .unwrap()
+}
+
+/// The last sequence (within the ledger `default`) whose event the broker acknowledged.
+pub async fn published(database_url: &str) -> i64 {
+    ledger_backlog(database_url, ledger_core::ledger::DEFAULT_LEDGER_ID)
+        .await
+        .published_sequence
 }
 
 /// Waits until every outbox event is delivered (panics after `timeout`).

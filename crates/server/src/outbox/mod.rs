@@ -1,5 +1,5 @@
 //! The outbox publisher: delivers every accepted posting's event to NATS JetStream, once into
-//! the stream, in `sequence` order, through crashes and broker outages.
+//! the stream, in `sequence` order within each ledger, through crashes and broker outages.
 //!
 //! The writer stores one `outbox` row per accepted posting in the posting's own transaction.
 //! This module (apart from the server; `ledger relay` runs it alone, `ledger serve --nats-url`
@@ -10,14 +10,23 @@
 //!   stand by and try again every [`STANDBY_RETRY`]. When the active publisher dies, its session
 //!   ends, the lock is released and a stand-by takes over. Every read and every progress write
 //!   goes through that same session, so progress is only ever recorded while the lock is held.
-//! * **Loop.** Read at most [`PUBLISH_BATCH`] pending rows after the recorded progress (by
-//!   `sequence`, never by a serial id), load their postings, publish each to
-//!   [`SUBJECT`] with header `Nats-Msg-Id` = posting id and a protobuf
-//!   `ledger.v1.PostingEvent` payload, await every JetStream ack, then record progress up to
-//!   the last event acknowledged without a gap before it.
-//! * **Order.** Publishes of a batch are pipelined; each after the first carries
-//!   `Nats-Expected-Last-Msg-Id` = the previous posting id, so if the broker refuses one event,
-//!   it also refuses those after it instead of storing them out of order. (The broker checks
+//! * **Subjects.** A ledger's events go to [`subject`]`(code)` = `ledger.postings.<code>`, in
+//!   the stream [`STREAM`] with subjects [`STREAM_SUBJECTS`] (`ledger.postings.>`). A stream
+//!   made by an earlier version (subjects `ledger.>` or `ledger.postings`) gets its subjects
+//!   changed to these when the publisher first finds it ([`OLD_STREAM_SUBJECTS`]).
+//! * **Rounds.** Each ledger has its own progress (`outbox_progress`, one row per ledger). A
+//!   round takes the ledgers with events past their progress and serves each in turn, one
+//!   batch each, starting after the ledger served last (round-robin): a ledger with a large
+//!   backlog delays another by one batch at most. A batch is at most [`PUBLISH_BATCH`] of one
+//!   ledger's pending rows after its progress (by `sequence`, never by a serial id), their
+//!   postings loaded, each published with header `Nats-Msg-Id` = posting id and a protobuf
+//!   `ledger.v1.PostingEvent` payload naming the ledger; every JetStream ack is awaited, then
+//!   that ledger's progress is recorded up to the last event acknowledged without a gap.
+//! * **Order.** Batches go out one after another. The publishes of a batch are pipelined; each
+//!   after the first carries `Nats-Expected-Last-Msg-Id` = the previous posting id of the same
+//!   ledger (the stream's last message, as only this batch is in flight), so if the broker
+//!   refuses one event, it also refuses those after it instead of storing them out of order.
+//!   The first event of a batch follows the ledger's acknowledged progress. (The broker checks
 //!   duplicates first, so a re-publish after a crash is still acknowledged as a duplicate.)
 //! * **Crashes.** Killed before the ack: the event is still pending and goes out after the
 //!   restart. Killed after the ack but before the progress write: the re-publish carries the
@@ -26,42 +35,58 @@
 //! * **Broker down or slow.** Retries with capped exponential backoff ([`BACKOFF_CAP`]); the
 //!   writer never waits for the publisher, so `Post` is unaffected.
 //! * **Refusal.** An event the broker refuses for a non-transient reason (say it exceeds the
-//!   stream's maximum message size) halts the publisher at that event, loudly (an error log
-//!   line on every retry, naming the sequence, posting and reason): events behind it wait, so
-//!   the order consumers see is kept. It resumes by itself once the broker accepts the event
-//!   (fix the stream's configuration). Nothing is skipped or parked.
+//!   stream's maximum message size) halts its ledger at that event, loudly (an error log line
+//!   on every retry, naming the ledger, sequence, posting and reason): the ledger's events
+//!   behind it wait, so the order its consumers see is kept, while the other ledgers go on. It
+//!   resumes by itself once the broker accepts the event (fix the stream's configuration).
+//!   Nothing is skipped or parked.
 //! * **Retention.** Delivered rows older than the retention are deleted in batches of
-//!   [`PRUNE_BATCH`]; the database refuses to delete a row that is not delivered.
-//! * **Observability.** [`backlog`] gives the pending count and the age of the oldest pending
-//!   event; the active publisher logs it every [`BACKLOG_LOG_INTERVAL`].
+//!   [`PRUNE_BATCH`], each ledger's by its own progress; the database refuses to delete a row
+//!   its ledger has not delivered.
+//! * **Observability.** [`backlog`] gives the totals over every ledger (pending events, the
+//!   age of the oldest, the ledgers behind): the metrics show the totals alone, so they stay a
+//!   fixed set however many ledgers there are. [`ledger_backlog`] gives one ledger's; the
+//!   active publisher logs the totals and the [`BACKLOG_LOG_LEDGERS`] ledgers furthest behind
+//!   every [`BACKLOG_LOG_INTERVAL`].
 //!
 //! Events carry the posting as it was committed, with `voided_by_posting_id` left empty and a
 //! hold pending: a void is announced by its own event (whose `voids_posting_id` names the
 //! voided posting), and so are a hold's capture, release and expiry (whose
 //! `captures_hold_posting_id` or `releases_hold_posting_id` name the hold). Every event's
-//! posting says what it is (`kind`).
+//! posting says what it is (`kind`), its ledger, and its sequence within that ledger.
 //!
 //! Failpoints for crash tests: with `LEDGER_FAILPOINT=outbox-before-publish` the process aborts
 //! after loading a batch of pending events, before publishing; with
 //! `LEDGER_FAILPOINT=outbox-after-publish-before-progress` it aborts after the broker
 //! acknowledged a batch, before recording progress.
 
+mod broker;
 mod publisher;
 
 use crate::grpc::convert::posting_to_pb;
 use crate::grpc::pb;
-pub use crate::storage::outbox::Backlog;
+pub use crate::storage::outbox::{Backlog, LedgerBacklog};
 use crate::storage::StorageError;
+use ledger_core::ledger::LedgerId;
 use ledger_core::record::Posting;
 pub use publisher::run;
 use std::time::Duration;
 
-/// JetStream subject of posting events.
-pub const SUBJECT: &str = "ledger.postings";
+/// The subjects of posting events begin so: a ledger's are on [`subject`]`(code)`.
+pub const SUBJECT_PREFIX: &str = "ledger.postings";
 /// JetStream stream, created if missing.
 pub const STREAM: &str = "LEDGER";
-/// Subjects of the stream when the publisher creates it.
-pub const STREAM_SUBJECTS: &str = "ledger.>";
+/// Subjects of the stream: every ledger's.
+pub const STREAM_SUBJECTS: &str = "ledger.postings.>";
+/// Subjects an earlier version gave the stream (its events were all on `ledger.postings`):
+/// the publisher replaces them by [`STREAM_SUBJECTS`] in a stream that has them.
+pub const OLD_STREAM_SUBJECTS: [&str; 2] = ["ledger.>", "ledger.postings"];
+
+/// The subject of ledger `ledger_code`'s events: `ledger.postings.<code>` (a ledger code is
+/// of a-z 0-9 _ -, so it is one subject token).
+pub fn subject(ledger_code: &str) -> String {
+    format!("{SUBJECT_PREFIX}.{ledger_code}")
+}
 
 /// Default de-duplication window of the stream the publisher creates. It must cover the
 /// publisher's restart time (a crash between ack and progress re-publishes after the restart).
@@ -86,6 +111,9 @@ pub const BACKOFF_CAP: Duration = Duration::from_secs(5);
 pub const ACK_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often the active publisher logs the backlog.
 pub const BACKLOG_LOG_INTERVAL: Duration = Duration::from_secs(30);
+/// Ledgers the backlog log line names, at most: those furthest behind (limit
+/// BACKLOG_LOG_LEDGERS).
+pub const BACKLOG_LOG_LEDGERS: usize = 5;
 /// Environment variable naming a failpoint (crash tests only).
 pub const FAILPOINT_ENV: &str = "LEDGER_FAILPOINT";
 
@@ -133,9 +161,18 @@ pub struct PublisherOptions {
     pub failpoint: Option<Failpoint>,
 }
 
-/// The backlog of the outbox: pending events and the age of the oldest one.
+/// The backlog of the whole outbox: pending events of every ledger, the age of the oldest
+/// one, and how many ledgers have some.
 pub async fn backlog(conn: &crate::storage::Conn) -> Result<Backlog, StorageError> {
     crate::storage::outbox::backlog(conn).await
+}
+
+/// The backlog of one ledger: its pending events, the age of the oldest, its progress.
+pub async fn ledger_backlog(
+    conn: &crate::storage::Conn,
+    ledger: LedgerId,
+) -> Result<LedgerBacklog, StorageError> {
+    crate::storage::outbox::ledger_backlog(conn, ledger).await
 }
 
 /// Spawns the publisher as a task of this process (`ledger serve --nats-url`). It stops after
@@ -151,21 +188,22 @@ pub fn spawn(
     })
 }
 
-/// The event of a posting: the `ledger.v1.PostingEvent` payload, protobuf-encoded.
+/// The event of a posting of ledger `ledger_code`: the `ledger.v1.PostingEvent` payload,
+/// protobuf-encoded, naming the ledger, its posting's sequence the one within that ledger.
 ///
 /// `voided_by_posting_id` is always empty and a hold is pending (even once its expiry time
 /// has passed): the event describes the posting as committed, and a later void, capture,
 /// release or expiry announces itself with its own event.
-pub fn event_payload(p: &Posting) -> Vec<u8> {
+pub fn event_payload(p: &Posting, ledger_code: &str) -> Vec<u8> {
     let mut committed = p.clone();
     committed.voided_by_posting_id = None;
     if let Some(h) = committed.hold.as_mut() {
         h.closed_by = None;
         h.lapsed = false;
     }
-    let posting = posting_to_pb(&committed, ledger_core::ledger::DEFAULT_LEDGER);
+    let posting = posting_to_pb(&committed, ledger_code);
     prost::Message::encode_to_vec(&pb::PostingEvent {
-        ledger: String::new(),
+        ledger: ledger_code.to_owned(),
         posting: Some(posting),
     })
 }
@@ -297,6 +335,17 @@ mod tests {
     }
 
     #[test]
+    fn each_ledger_has_its_subject_under_the_streams_subjects() {
+        assert_eq!(subject("default"), "ledger.postings.default");
+        assert_eq!(subject("eu-books_2"), "ledger.postings.eu-books_2");
+        assert_eq!(
+            STREAM_SUBJECTS,
+            format!("{SUBJECT_PREFIX}.>"),
+            "the stream takes every ledger's subject"
+        );
+    }
+
+    #[test]
     fn failpoints_parse_by_name_and_unknown_names_are_refused() {
         assert_eq!(
             Failpoint::parse("outbox-before-publish"),
@@ -310,14 +359,14 @@ mod tests {
     }
 
     #[test]
-    fn an_event_shows_the_posting_as_committed_not_voided_and_its_hold_pending() {
+    fn an_event_shows_the_posting_of_its_ledger_as_committed_not_voided_and_its_hold_pending() {
         use ledger_core::amount::Amount;
         use ledger_core::record::{CloseKind, HoldState, PostedLeg};
         use ledger_core::Direction;
         let t = time::macros::datetime!(2026-11-30 12:00 UTC);
         let p = Posting {
             posting_id: uuid::Uuid::now_v7(),
-            sequence: 7,
+            sequence: ledger_core::ledger::stored(3, 7) as u64,
             caller: "anonymous".into(),
             idempotency_key: "k".into(),
             legs: vec![
@@ -346,9 +395,16 @@ mod tests {
             }),
             closes: None,
         };
-        let ev: pb::PostingEvent = prost::Message::decode(event_payload(&p).as_slice()).unwrap();
+        let ev: pb::PostingEvent =
+            prost::Message::decode(event_payload(&p, "eu-books").as_slice()).unwrap();
+        assert_eq!(ev.ledger, "eu-books", "the event names its ledger");
         let got = ev.posting.unwrap();
-        let mut want = posting_to_pb(&p, ledger_core::ledger::DEFAULT_LEDGER);
+        assert_eq!(
+            (got.ledger.as_str(), got.sequence),
+            ("eu-books", 7),
+            "and so does its posting, with its sequence within that ledger"
+        );
+        let mut want = posting_to_pb(&p, "eu-books");
         assert!(!want.voided_by_posting_id.is_empty() && !want.captured_by_posting_id.is_empty());
         want.voided_by_posting_id.clear();
         want.captured_by_posting_id.clear();

@@ -1,12 +1,16 @@
-//! The publisher loop: election, then read → publish → await acks → record progress.
+//! The publisher loop: election, then rounds over the ledgers with pending events, each
+//! ledger's batch read → published → acks awaited → its progress recorded.
 
+use super::broker::{publish_batch, BatchOutcome, Broker, Failure};
 use super::{
-    event_payload, Backoff, Failpoint, PublisherOptions, ACK_TIMEOUT, BACKLOG_LOG_INTERVAL,
-    POLL_INTERVAL, PRUNE_BATCH, PRUNE_INTERVAL_MAX, PUBLISH_BATCH, STANDBY_RETRY, STREAM,
-    STREAM_SUBJECTS, SUBJECT,
+    event_payload, subject, Backoff, Failpoint, PublisherOptions, BACKLOG_LOG_INTERVAL,
+    BACKLOG_LOG_LEDGERS, POLL_INTERVAL, PRUNE_BATCH, PRUNE_INTERVAL_MAX, PUBLISH_BATCH,
+    STANDBY_RETRY,
 };
+use crate::storage::outbox::LedgerProgress;
 use crate::storage::{self, outbox as store, read};
-use async_nats::jetstream::{self, context::PublishErrorKind, stream};
+use ledger_core::ledger::{self, LedgerId};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -134,109 +138,20 @@ async fn sleep_or_stop(shutdown: &mut watch::Receiver<bool>, d: Duration) -> boo
     stopping(shutdown)
 }
 
-/// Why a batch stopped before every event was acknowledged.
-#[derive(Debug)]
-enum Failure {
-    /// The broker refused an event because the one before it is not the stream's last (an
-    /// earlier event of the batch was a duplicate after a broker restart, or something else
-    /// wrote to the stream): publish again from it, without the header.
-    ChainBroken(String),
-    /// Broker unreachable, slow, or the stream missing: retry after a backoff.
-    Transient { error: String, stream_missing: bool },
-    /// The broker refuses the event itself: halt here (loudly) and retry after a backoff.
-    Refused(String),
-}
-
-fn classify(e: jetstream::context::PublishError) -> Failure {
-    let error = e.to_string();
-    match e.kind() {
-        PublishErrorKind::WrongLastMessageId => Failure::ChainBroken(error),
-        PublishErrorKind::StreamNotFound => Failure::Transient {
-            error,
-            stream_missing: true,
-        },
-        PublishErrorKind::TimedOut
-        | PublishErrorKind::BrokenPipe
-        | PublishErrorKind::MaxAckPending => Failure::Transient {
-            error,
-            stream_missing: false,
-        },
-        // An event larger than the broker's max_payload can never go out as it is.
-        PublishErrorKind::WrongLastSequence
-        | PublishErrorKind::MaxPayloadExceeded
-        | PublishErrorKind::Other => Failure::Refused(error),
-    }
-}
-
-#[derive(Debug, Default)]
-struct BatchOutcome {
-    /// Events acknowledged from the start of the batch, without a gap.
-    acked: usize,
-    /// Of those, how many the broker reported as duplicates (already in the stream).
-    duplicates: usize,
-    /// Why the rest was not acknowledged.
-    failure: Option<Failure>,
-}
-
-/// Publishes a batch (pipelined), then awaits the acks in order; stops at the first failure.
-async fn publish_batch(js: &jetstream::Context, events: &[(String, Vec<u8>)]) -> BatchOutcome {
-    let mut acks = Vec::with_capacity(events.len());
-    let mut send_failure = None;
-    for (i, (id, payload)) in events.iter().enumerate() {
-        let mut headers = async_nats::HeaderMap::new();
-        headers.insert(async_nats::header::NATS_MESSAGE_ID, id.as_str());
-        if i > 0 {
-            headers.insert(
-                async_nats::header::NATS_EXPECTED_LAST_MESSAGE_ID,
-                events[i - 1].0.as_str(),
-            );
-        }
-        // Sending can wait (the client's buffer is full while it is disconnected): bounded.
-        let send = js.publish_with_headers(SUBJECT, headers, payload.clone().into());
-        match tokio::time::timeout(ACK_TIMEOUT, send).await {
-            Ok(Ok(ack)) => acks.push(ack),
-            Ok(Err(e)) => {
-                send_failure = Some(classify(e));
-                break;
-            }
-            Err(_) => {
-                send_failure = Some(Failure::Transient {
-                    error: format!("publish not sent within {ACK_TIMEOUT:?}"),
-                    stream_missing: false,
-                });
-                break;
-            }
-        }
-    }
-    let mut outcome = BatchOutcome::default();
-    for ack in acks {
-        match ack.await {
-            Ok(ack) => {
-                outcome.acked += 1;
-                outcome.duplicates += usize::from(ack.duplicate);
-            }
-            Err(e) => {
-                outcome.failure = Some(classify(e));
-                return outcome;
-            }
-        }
-    }
-    outcome.failure = send_failure;
-    outcome
-}
-
-/// The events of one batch: the outbox rows, their sequences, and (posting id, payload).
+/// The events of one batch of one ledger: the outbox rows, their stored sequences, and
+/// (posting id, payload).
 struct Batch {
     pending: Vec<store::PendingEvent>,
     sequences: Vec<i64>,
     events: Vec<(String, Vec<u8>)>,
 }
 
-/// The pending events after `progress`, at most [`PUBLISH_BATCH`], with their postings (none
-/// pending: `None`).
+/// The pending events of ledger `code` after its stored sequence `progress`, at most
+/// [`PUBLISH_BATCH`], with their postings (none pending: `None`).
 async fn load_batch(
     client: &crate::storage::Conn,
     progress: i64,
+    code: &str,
 ) -> Result<Option<Batch>, BoxError> {
     let pending = store::pending(client, progress, PUBLISH_BATCH as i64).await?;
     if pending.is_empty() {
@@ -246,7 +161,7 @@ async fn load_batch(
         assert_eq!(
             ev.sequence,
             progress + 1 + i as i64,
-            "outbox rows must follow the published sequence {progress} without a gap"
+            "outbox rows of ledger {code:?} must follow its published sequence {progress} without a gap"
         );
     }
     let sequences: Vec<i64> = pending.iter().map(|e| e.sequence).collect();
@@ -265,7 +180,7 @@ async fn load_batch(
                 "outbox row {} names another posting",
                 ev.sequence
             );
-            (p.posting_id.to_string(), event_payload(p))
+            (p.posting_id.to_string(), event_payload(p, code))
         })
         .collect();
     Ok(Some(Batch {
@@ -275,7 +190,7 @@ async fn load_batch(
     }))
 }
 
-/// The active publisher's periodic chores: the backlog log line and pruning.
+/// The active publisher's periodic chores: the backlog log lines and pruning.
 struct Chores {
     prune_every: Duration,
     next_prune: Instant,
@@ -315,18 +230,33 @@ impl Chores {
     }
 }
 
-/// The broker connection of the active publisher.
-struct Broker {
-    js: jetstream::Context,
-    stream_ready: bool,
+/// A ledger the broker refused an event of: not served again before `until`.
+struct Halt {
+    backoff: Backoff,
+    until: Instant,
+}
+
+/// The ledgers of a round in turn: those after `cursor` (the ledger served last) first, then
+/// the others from the lowest id. `ledgers` are by id.
+fn in_turn(mut ledgers: Vec<LedgerProgress>, cursor: Option<LedgerId>) -> Vec<LedgerProgress> {
+    let served = ledgers.partition_point(|l| Some(l.ledger) <= cursor);
+    ledgers.rotate_left(served);
+    ledgers
 }
 
 /// The active publisher's state.
 struct Active<'a> {
     opts: &'a PublisherOptions,
     failpoint: Option<Failpoint>,
-    broker: Option<Broker>,
+    broker: Broker,
+    /// After a broker failure that concerns every ledger (unreachable, slow).
     backoff: Backoff,
+    /// Ledger codes by id (a ledger's code never changes).
+    codes: HashMap<LedgerId, String>,
+    /// The ledger served last.
+    cursor: Option<LedgerId>,
+    /// Ledgers halted at an event the broker refuses.
+    halted: HashMap<LedgerId, Halt>,
 }
 
 impl<'a> Active<'a> {
@@ -334,8 +264,11 @@ impl<'a> Active<'a> {
         Active {
             opts,
             failpoint,
-            broker: None,
+            broker: Broker::default(),
             backoff: Backoff::default(),
+            codes: HashMap::new(),
+            cursor: None,
+            halted: HashMap::new(),
         }
     }
 
@@ -346,15 +279,15 @@ impl<'a> Active<'a> {
         client: &crate::storage::Conn,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<(), BoxError> {
-        let mut progress = store::published_sequence(client).await?;
-        tracing::info!(published_sequence = progress, nats_url = %self.opts.nats_url, "outbox publisher active");
+        let b = store::backlog(client).await?;
+        tracing::info!(pending = b.pending, ledgers_behind = b.ledgers_behind, nats_url = %self.opts.nats_url, "outbox publisher active");
         let mut chores = Chores::new(self.opts.retention);
         loop {
             if stopping(shutdown) {
                 return Ok(());
             }
             chores.run(client, self.opts.retention).await?;
-            let pause = self.turn(client, &mut progress).await?;
+            let pause = self.round(client, shutdown).await?;
             if let Some(d) = pause {
                 if sleep_or_stop(shutdown, d).await {
                     return Ok(());
@@ -363,201 +296,238 @@ impl<'a> Active<'a> {
         }
     }
 
-    /// One turn: the pending events from `progress` on, published, progress recorded. The
-    /// pause before the next turn (none: at once).
+    /// One round: one batch of each ledger with pending events (but those halted), in turn.
+    /// The pause before the next round (none: at once).
+    async fn round(
+        &mut self,
+        client: &crate::storage::Conn,
+        shutdown: &watch::Receiver<bool>,
+    ) -> Result<Option<Duration>, BoxError> {
+        let now = Instant::now();
+        let due: Vec<LedgerProgress> = in_turn(store::ledgers_pending(client).await?, self.cursor)
+            .into_iter()
+            .filter(|l| self.halted.get(&l.ledger).is_none_or(|h| h.until <= now))
+            .collect();
+        if due.is_empty() {
+            return Ok(Some(POLL_INTERVAL));
+        }
+        self.learn_codes(client, &due).await?;
+        for l in due {
+            if stopping(shutdown) {
+                return Ok(None);
+            }
+            if let Some(pause) = self.turn(client, l).await? {
+                return Ok(Some(pause));
+            }
+            self.cursor = Some(l.ledger);
+        }
+        Ok(None)
+    }
+
+    /// Reads the codes of the ledgers not known yet.
+    async fn learn_codes(
+        &mut self,
+        client: &crate::storage::Conn,
+        ledgers: &[LedgerProgress],
+    ) -> Result<(), BoxError> {
+        let unknown: Vec<LedgerId> = ledgers
+            .iter()
+            .map(|l| l.ledger)
+            .filter(|id| !self.codes.contains_key(id))
+            .collect();
+        if !unknown.is_empty() {
+            self.codes
+                .extend(store::ledger_codes(client, &unknown).await?);
+        }
+        match unknown.iter().find(|id| !self.codes.contains_key(id)) {
+            Some(id) => Err(format!("ledger {id} has outbox progress but no code").into()),
+            None => Ok(()),
+        }
+    }
+
+    /// One batch of one ledger: its pending events from its progress on, published, its
+    /// progress recorded. A pause means every ledger must wait (the broker is unavailable).
     async fn turn(
         &mut self,
         client: &crate::storage::Conn,
-        progress: &mut i64,
+        l: LedgerProgress,
     ) -> Result<Option<Duration>, BoxError> {
-        let Some(batch) = load_batch(client, *progress).await? else {
-            return Ok(Some(POLL_INTERVAL));
+        let code = self.codes[&l.ledger].clone();
+        let Some(batch) = load_batch(client, l.published_sequence, &code).await? else {
+            return Ok(None);
         };
         if self.failpoint == Some(Failpoint::BeforePublish) {
             tracing::error!(
-                first_sequence = batch.sequences[0],
+                ledger = %code,
+                first_sequence = ledger::in_ledger(batch.sequences[0]),
                 "failpoint outbox-before-publish: aborting"
             );
             std::process::abort();
         }
-        let js = match self.broker().await {
+        let js = match self.broker.context(self.opts).await {
             Ok(js) => js,
             Err(e) => {
                 let delay = self.backoff.next_delay();
-                tracing::warn!(error = %e, retry_in = ?delay, pending_from = batch.sequences[0], "outbox publisher: broker unavailable");
+                tracing::warn!(error = %e, retry_in = ?delay, ledger = %code, pending_from = ledger::in_ledger(batch.sequences[0]), "outbox publisher: broker unavailable");
                 return Ok(Some(delay));
             }
         };
-        let outcome = publish_batch(&js, &batch.events).await;
+        let outcome = publish_batch(&js, &subject(&code), &batch.events).await;
         if outcome.acked > 0 {
-            self.record(client, &outcome, &batch.sequences, progress)
+            self.record(client, &outcome, &batch.sequences, &code)
                 .await?;
         }
         let Some(failure) = outcome.failure else {
             self.backoff.reset();
+            self.halted.remove(&l.ledger);
             return Ok(None);
         };
         let at = &batch.pending[outcome.acked];
-        Ok(self.after(failure, outcome.acked, at))
+        Ok(self.after(failure, outcome.acked, at, &code))
     }
 
-    /// Records the progress of the acknowledged events.
+    /// Records the progress of the acknowledged events of ledger `code`.
     async fn record(
         &self,
         client: &crate::storage::Conn,
         outcome: &BatchOutcome,
         sequences: &[i64],
-        progress: &mut i64,
+        code: &str,
     ) -> Result<(), BoxError> {
         if self.failpoint == Some(Failpoint::AfterPublishBeforeProgress) {
             tracing::error!(
                 acked = outcome.acked,
+                ledger = %code,
                 "failpoint outbox-after-publish-before-progress: aborting"
             );
             std::process::abort();
         }
         let last = sequences[outcome.acked - 1];
+        let published_sequence = ledger::in_ledger(last);
         if !store::record_progress(client, last).await? {
             return Err(format!(
-                "the recorded progress is beyond sequence {last}: another publisher is active"
+                "the recorded progress of ledger {code:?} is beyond sequence {published_sequence}: another publisher is active"
             )
             .into());
         }
-        *progress = last;
         tracing::debug!(
+            ledger = %code,
             published = outcome.acked,
             duplicates = outcome.duplicates,
-            published_sequence = last,
+            published_sequence,
             "outbox events published"
         );
         if outcome.duplicates > 0 {
             tracing::info!(
+                ledger = %code,
                 duplicates = outcome.duplicates,
-                published_sequence = last,
+                published_sequence,
                 "events already in the stream were re-published (after a crash); the broker dropped the copies"
             );
         }
         Ok(())
     }
 
-    /// What a failure at event `at` (after `acked` acknowledged ones) means: the pause before
-    /// publishing again from it (none: at once).
+    /// What a failure at event `at` of ledger `code` (after `acked` acknowledged ones) means:
+    /// the pause of every ledger (none: the next ledger goes on; this one is published again
+    /// from `at` in the next round, or after its own backoff when halted).
     fn after(
         &mut self,
         failure: Failure,
         acked: usize,
         at: &store::PendingEvent,
+        code: &str,
     ) -> Option<Duration> {
-        if let Failure::ChainBroken(error) = &failure {
-            if acked > 0 {
-                tracing::debug!(%error, sequence = at.sequence, "publishing again from the first event the broker did not take");
+        let sequence = ledger::in_ledger(at.sequence);
+        let error = match failure {
+            Failure::ChainBroken(error) if acked > 0 => {
+                tracing::debug!(%error, ledger = %code, sequence, "publishing again from the first event the broker did not take");
                 return None;
-            }
-        }
-        let delay = self.backoff.next_delay();
-        match failure {
-            Failure::ChainBroken(error) => {
-                tracing::warn!(%error, sequence = at.sequence, retry_in = ?delay, "outbox publisher: the broker refused the first event of a batch as out of order");
             }
             Failure::Transient {
                 error,
                 stream_missing,
             } => {
-                // The client reconnects by itself (a dropped one would too, and flush its
-                // queue later): keep it, but create the stream again if it went missing.
-                if let (true, Some(b)) = (stream_missing, &mut self.broker) {
-                    b.stream_ready = false;
+                if stream_missing {
+                    self.broker.stream_lost();
                 }
-                tracing::warn!(%error, sequence = at.sequence, retry_in = ?delay, "outbox publisher: broker unavailable or slow; retrying");
+                let delay = self.backoff.next_delay();
+                tracing::warn!(%error, ledger = %code, sequence, retry_in = ?delay, "outbox publisher: broker unavailable or slow; retrying");
+                return Some(delay);
             }
-            Failure::Refused(error) => tracing::error!(
-                %error,
-                sequence = at.sequence,
-                posting_id = %at.posting_id,
-                retry_in = ?delay,
-                "outbox publisher HALTED: the broker refuses this event; the events behind it wait so their order is kept. Fix the stream (e.g. its max message size); publishing resumes once the broker accepts it"
-            ),
-        }
-        Some(delay)
-    }
-
-    /// The JetStream context, connecting and creating the stream if needed.
-    async fn broker(&mut self) -> Result<jetstream::Context, BoxError> {
-        if self.broker.is_none() {
-            let servers = super::nats_servers(&self.opts.nats_url)?;
-            let client = async_nats::ConnectOptions::new()
-                .name("ledger-outbox")
-                .connection_timeout(ACK_TIMEOUT)
-                .connect(servers)
-                .await?;
-            let js = jetstream::context::ContextBuilder::new()
-                .timeout(ACK_TIMEOUT)
-                .build(client);
-            self.broker = Some(Broker {
-                js,
-                stream_ready: false,
-            });
-        }
-        let broker = self.broker.as_mut().expect("connected");
-        if !broker.stream_ready {
-            ensure_stream(&broker.js, self.opts.duplicate_window, self.opts.replicas).await?;
-            broker.stream_ready = true;
-        }
-        Ok(broker.js.clone())
+            Failure::ChainBroken(error) | Failure::Refused(error) => error,
+        };
+        let ledger = ledger::of_sequence(at.sequence);
+        let halt = self.halted.entry(ledger).or_insert_with(|| Halt {
+            backoff: Backoff::default(),
+            until: Instant::now(),
+        });
+        let delay = halt.backoff.next_delay();
+        halt.until = Instant::now() + delay;
+        tracing::error!(
+            %error,
+            ledger = %code,
+            sequence,
+            posting_id = %at.posting_id,
+            retry_in = ?delay,
+            "outbox publisher HALTED this ledger: the broker refuses this event; the ledger's events behind it wait so their order is kept (the other ledgers go on). Fix the stream (e.g. its max message size); publishing resumes once the broker accepts it"
+        );
+        None
     }
 }
 
-/// Creates the stream if missing; warns when an existing one de-duplicates over a shorter
-/// window than configured.
-async fn ensure_stream(
-    js: &jetstream::Context,
-    duplicate_window: Duration,
-    replicas: usize,
-) -> Result<(), BoxError> {
-    let mut s = js
-        .get_or_create_stream(stream::Config {
-            name: STREAM.to_string(),
-            subjects: vec![STREAM_SUBJECTS.to_string()],
-            storage: stream::StorageType::File,
-            duplicate_window,
-            num_replicas: replicas,
-            ..Default::default()
-        })
-        .await?;
-    let info = s.info().await?;
-    if info.config.duplicate_window < duplicate_window {
-        tracing::warn!(
-            stream = STREAM,
-            stream_window = ?info.config.duplicate_window,
-            configured = ?duplicate_window,
-            "the existing stream de-duplicates over a shorter window than configured: a publisher restart longer than it may publish an event twice"
-        );
-    }
-    if info.config.num_replicas != replicas {
-        tracing::warn!(
-            stream = STREAM,
-            stream_replicas = info.config.num_replicas,
-            configured = replicas,
-            "the existing stream has another number of replicas than --nats-replicas; the broker keeps its own (change it with the nats CLI)"
-        );
-    }
-    tracing::info!(
-        stream = STREAM,
-        replicas = info.config.num_replicas,
-        messages = info.state.messages,
-        duplicate_window = ?info.config.duplicate_window,
-        "JetStream stream ready"
-    );
-    Ok(())
-}
-
+/// Logs the backlog: the totals, then the ledgers furthest behind (at most
+/// [`BACKLOG_LOG_LEDGERS`]).
 async fn log_backlog(client: &crate::storage::Conn) -> Result<(), BoxError> {
-    let b = store::backlog(client).await?;
+    let mut ledgers = store::ledger_backlogs(client, None).await?;
+    let pending: i64 = ledgers.iter().map(|l| l.pending).sum();
+    let oldest = ledgers.iter().filter_map(|l| l.oldest_age).max();
+    ledgers.retain(|l| l.pending > 0);
     tracing::info!(
-        pending = b.pending,
-        oldest_age_ms = b.oldest_age.map(|d| d.as_millis() as u64).unwrap_or(0),
-        published_sequence = b.published_sequence,
+        pending,
+        oldest_age_ms = oldest.map(|d| d.as_millis() as u64).unwrap_or(0),
+        ledgers_behind = ledgers.len(),
         "outbox backlog"
     );
+    ledgers.sort_by_key(|l| std::cmp::Reverse(l.oldest_age));
+    for l in ledgers.iter().take(BACKLOG_LOG_LEDGERS) {
+        tracing::info!(
+            ledger = %l.code,
+            pending = l.pending,
+            oldest_age_ms = l.oldest_age.map(|d| d.as_millis() as u64).unwrap_or(0),
+            published_sequence = l.published_sequence,
+            "outbox backlog of a ledger behind"
+        );
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ledgers(ids: &[LedgerId]) -> Vec<LedgerProgress> {
+        ids.iter()
+            .map(|&ledger| LedgerProgress {
+                ledger,
+                published_sequence: ledger::stored(ledger, 0),
+            })
+            .collect()
+    }
+
+    fn order(ids: &[LedgerId], cursor: Option<LedgerId>) -> Vec<LedgerId> {
+        in_turn(ledgers(ids), cursor)
+            .iter()
+            .map(|l| l.ledger)
+            .collect()
+    }
+
+    #[test]
+    fn a_round_begins_after_the_ledger_served_last_and_wraps_around() {
+        assert_eq!(order(&[0, 3, 7], None), [0, 3, 7]);
+        assert_eq!(order(&[0, 3, 7], Some(0)), [3, 7, 0]);
+        assert_eq!(order(&[0, 3, 7], Some(4)), [7, 0, 3]);
+        assert_eq!(order(&[0, 3, 7], Some(7)), [0, 3, 7]);
+        assert_eq!(order(&[], Some(7)), Vec::<LedgerId>::new());
+    }
 }
