@@ -82,6 +82,9 @@ enum Command {
     Check {
         #[command(flatten)]
         db: CheckDbArgs,
+        /// Check one ledger (its accounts, postings, keys and events) instead of every ledger.
+        #[arg(long)]
+        ledger: Option<String>,
     },
     /// Reports for people and spreadsheets: a trial balance, a statement, at one cut-off.
     Report(crate::tools::report::ReportArgs),
@@ -265,7 +268,7 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             crate::tools::bench::run(args).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Check { db } => Ok(check_command(db.into()).await),
+        Command::Check { db, ledger } => Ok(check_command(db.into(), ledger).await),
         Command::Report(args) => Ok(crate::tools::report::run(args).await?),
         Command::BenchAsOf(args) => crate::tools::bench_asof::run(args).await,
         Command::BenchDecide(args) => crate::tools::bench_decide::run(&args),

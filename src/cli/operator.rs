@@ -82,10 +82,10 @@ const RELAY_METRICS_POOL: usize = 1;
 
 /// `ledger check`: 0 when every invariant holds, 1 on a violation, 2 when it could not run
 /// (it says why on stderr).
-pub(super) async fn check_command(db: DbArgs) -> ExitCode {
+pub(super) async fn check_command(db: DbArgs, ledger: Option<String>) -> ExitCode {
     let result = async {
         let (url, pg) = database(&db, "check", Holding::OrBorrow).await?;
-        let result = check(&url).await;
+        let result = check(&url, ledger.as_deref()).await;
         stop_embedded(pg).await?;
         result
     }
@@ -100,13 +100,26 @@ pub(super) async fn check_command(db: DbArgs) -> ExitCode {
     })
 }
 
-/// Prints the invariant report; the exit code is 1 when any invariant is violated.
-async fn check(url: &str) -> Result<ExitCode, BoxError> {
+/// Prints the invariant report of one ledger (`None`: every ledger); the exit code is 1 when
+/// any invariant is violated.
+async fn check(url: &str, ledger: Option<&str>) -> Result<ExitCode, BoxError> {
     use std::fmt::Write as _;
     let mut client = ledger_server::storage::connect(url).await?;
-    let findings = ledger_server::storage::check::run(&mut client).await?;
+    let scope = match ledger {
+        None => None,
+        Some(code) => {
+            ledger_core::ledger::validate_ledger_code(code)
+                .map_err(|e| format!("--ledger: {}", e.message))?;
+            let found = ledger_server::storage::check::ledger_named(&client, code).await?;
+            Some(found.ok_or_else(|| format!("--ledger: no ledger has the code {code:?}"))?)
+        }
+    };
+    let findings = ledger_server::storage::check::run_in(&mut client, scope).await?;
     let mut violated = 0;
-    let mut report = String::new();
+    let mut report = match ledger {
+        Some(code) => format!("ledger {code}\n"),
+        None => String::from("every ledger\n"),
+    };
     for f in &findings {
         if f.violations == 0 {
             let _ = writeln!(report, "ok    {}", f.name);

@@ -254,3 +254,92 @@ async fn ledger_check_verifies_held_totals_and_every_close_of_a_hold() {
         );
     }
 }
+
+/// `ledger check` with its arguments: whether it passed, its exit code, its report.
+async fn check_with(url: &str, args: &[&str]) -> (Option<i32>, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_ledger"))
+        .args(["check", "--database-url", url])
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    let mut report = String::from_utf8_lossy(&out.stdout).into_owned();
+    report.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status.code(), report)
+}
+
+#[tokio::test]
+async fn ledger_check_checks_one_ledger_or_every_one_and_finds_a_leg_that_crosses_ledgers() {
+    let mut t = TestLedger::start().await;
+    for ledger in ["default", "acme"] {
+        if ledger != "default" {
+            t.client
+                .create_ledger(pb::CreateLedgerRequest {
+                    code: ledger.into(),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+        }
+        for (code, normal, negative) in [
+            ("equity:world", pb::NormalBalance::Credit, true),
+            ("acct:0", pb::NormalBalance::Debit, false),
+        ] {
+            t.client
+                .create_account(pb::CreateAccountRequest {
+                    ledger: ledger.into(),
+                    code: code.into(),
+                    currency: "EUR".into(),
+                    scale: 2,
+                    normal_balance: normal as i32,
+                    allow_negative: negative,
+                    metadata: Default::default(),
+                })
+                .await
+                .unwrap();
+        }
+        let post = pb::PostRequest {
+            ledger: ledger.into(),
+            ..transfer("k", "equity:world", "acct:0", "5.00")
+        };
+        t.post(post).await.unwrap();
+    }
+    for args in [&[][..], &["--ledger", "acme"], &["--ledger", "default"]] {
+        let (code, report) = check_with(&t.database_url, args).await;
+        assert_eq!(code, Some(0), "{args:?}: {report}");
+    }
+    let (code, report) = check_with(&t.database_url, &["--ledger", "nope"]).await;
+    assert_eq!(code, Some(2), "an unknown ledger: {report}");
+    assert!(
+        report.contains("no ledger has the code \"nope\""),
+        "{report}"
+    );
+    // acme's posting's first leg moved onto default's acct:0, behind the ledger's back.
+    let db = t.db().await;
+    db.batch_execute(
+        "SET session_replication_role = replica;
+         UPDATE entries SET account_id = (SELECT account_id FROM accounts WHERE ledger_id = 0 AND code = 'acct:0'),
+                            account_version = 99
+         WHERE sequence = (SELECT max(sequence) FROM postings p JOIN ledgers l USING (ledger_id) WHERE l.code = 'acme')
+           AND leg_index = 0;
+         SET session_replication_role = origin;",
+    )
+    .await
+    .unwrap();
+    let (code, report) = check_with(&t.database_url, &[]).await;
+    assert_eq!(code, Some(1), "{report}");
+    let crossing = report
+        .lines()
+        .find(|l| l.contains("nothing crosses ledgers"))
+        .unwrap();
+    assert!(crossing.starts_with("FAIL"), "{report}");
+    let (code, report) = check_with(&t.database_url, &["--ledger", "acme"]).await;
+    assert_eq!(
+        code,
+        Some(1),
+        "acme's own check finds its leg on a foreign account: {report}"
+    );
+    let (code, report) = check_with(&t.database_url, &["--ledger", "default"]).await;
+    assert_eq!(code, Some(0), "default's own rows are sound: {report}");
+    assert!(report.starts_with("ledger default"), "{report}");
+}

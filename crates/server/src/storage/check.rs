@@ -266,6 +266,17 @@ const ALL_LEGS_SQL: &str = "(SELECT sequence, leg_index, account_id, direction, 
 /// Examples shown per violated invariant, at most.
 pub const MAX_EXAMPLES: i64 = 5;
 
+/// The id of the ledger with this code, to check it alone.
+pub async fn ledger_named(
+    client: &tokio_postgres::Client,
+    code: &str,
+) -> Result<Option<ledger_core::ledger::LedgerId>, StorageError> {
+    let row = client
+        .query_opt("SELECT ledger_id FROM ledgers WHERE code = $1", &[&code])
+        .await?;
+    Ok(row.map(|r| r.get(0)))
+}
+
 /// Runs every check over every ledger. Runs in one REPEATABLE READ, READ ONLY transaction, so
 /// all checks see one consistent snapshot even while the ledger is being written.
 pub async fn run(client: &mut tokio_postgres::Client) -> Result<Vec<Finding>, StorageError> {
