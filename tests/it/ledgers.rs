@@ -620,3 +620,68 @@ async fn ten_thousand_ledgers_in_one_database_leave_a_write_to_one_of_them_on_it
     }
     assert_eq!(all.len(), 10_001, "every ledger listed once, default too");
 }
+
+#[tokio::test]
+async fn a_hold_expiring_in_one_ledger_is_released_in_that_ledger_with_its_next_sequence() {
+    let mut t = TestLedger::start().await;
+    books(&mut t.client, "default").await;
+    books(&mut t.client, "acme").await;
+    t.client.post(post_in("", "d-1", "1.00")).await.unwrap();
+    let until = time::OffsetDateTime::now_utc() + time::Duration::milliseconds(700);
+    let hold = pb::PostRequest {
+        hold: true,
+        hold_expires_at: Some(ledger_server::grpc::convert::time_to_pb(until)),
+        ..post_in("acme", "h-1", "2.00")
+    };
+    let h = t
+        .client
+        .post(hold)
+        .await
+        .unwrap()
+        .into_inner()
+        .posting
+        .unwrap();
+    assert_eq!((h.ledger.as_str(), h.sequence), ("acme", 1));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let release = loop {
+        let by = Some(pb::get_posting_request::By::PostingId(h.posting_id.clone()));
+        let now = t
+            .client
+            .get_posting(pb::GetPostingRequest {
+                ledger: "acme".into(),
+                by,
+                as_of: None,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        if !now.released_by_posting_id.is_empty() {
+            break now.released_by_posting_id;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the hold was not released"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let by = Some(pb::get_posting_request::By::PostingId(release));
+    let r = t
+        .client
+        .get_posting(pb::GetPostingRequest {
+            ledger: "acme".into(),
+            by,
+            as_of: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (r.ledger.as_str(), r.sequence, r.kind()),
+        ("acme", 2, pb::PostingKind::Expiry)
+    );
+    let d = balance_in(&mut t.client, "", "acct:0", None).await;
+    assert_eq!(
+        d.as_of_sequence, 1,
+        "the default ledger's sequence did not move"
+    );
+}
