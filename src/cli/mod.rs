@@ -115,6 +115,11 @@ enum Command {
     },
     /// An account's balance at a cut-off.
     Balance(crate::tools::commands::BalanceArgs),
+    /// Ledgers (isolated books; the commands above take --ledger): create, get, list.
+    Ledgers {
+        #[command(subcommand)]
+        command: crate::tools::commands::LedgersCommand,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -137,9 +142,9 @@ enum TokenCommand {
 /// running server uses apart from what runs or checks the server and the benchmarks.
 const HELP_GROUPS: &[(&str, &[&str])] = &[
     (
-        "Client commands (each a client of a running server: --server, --token, --ca-cert)",
+        "Client commands (each a client of a running server: --server, --token, --ca-cert; --ledger)",
         &[
-            "account", "post", "capture", "void", "posting", "balance", "report",
+            "account", "post", "capture", "void", "posting", "balance", "report", "ledgers",
         ],
     ),
     (
@@ -282,6 +287,7 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
         Command::Void(args) => write("void", crate::tools::commands::void(args).await),
         Command::Posting { command } => client(crate::tools::commands::posting(command).await),
         Command::Balance(args) => client(crate::tools::commands::balance(args).await),
+        Command::Ledgers { command } => client(crate::tools::commands::ledgers(command).await),
     }
 }
 

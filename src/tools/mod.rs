@@ -1,8 +1,9 @@
 //! The client tools: commands that talk to a running ledger over gRPC like any other caller
-//! (`account`, `post`, `void`, `posting`, `balance`, `report`, `bench`), built on
+//! (`account`, `post`, `void`, `posting`, `balance`, `ledgers`, `report`, `bench`), built on
 //! `ledger-client`. They share one set of connection options ([`ClientArgs`]: the server's
-//! address, a bearer token, TLS), one way of reading and printing times (RFC 3339), and one
-//! error type that keeps the server's reason and the cause chain.
+//! address, a bearer token, TLS), the ledger they work on ([`LedgerArg`]: `--ledger`), one way
+//! of reading and printing times (RFC 3339), and one error type that keeps the server's
+//! reason and the cause chain.
 
 pub mod bench;
 pub mod bench_asof;
@@ -44,6 +45,46 @@ pub struct ClientArgs {
     /// The name the server's certificate must carry (default: the host of --server).
     #[arg(long, env = "LEDGER_TLS_DOMAIN")]
     pub tls_domain: Option<String>,
+}
+
+/// The ledger a client command works on.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct LedgerArg {
+    /// The ledger (1..64 characters of a-z 0-9 _ -) whose accounts and postings the command
+    /// reads and writes; `ledger ledgers list` shows them. Default (and empty): `default`.
+    #[arg(long = "ledger", env = "LEDGER_LEDGER", value_name = "CODE", value_parser = parse_ledger)]
+    pub ledger: Option<String>,
+}
+
+impl LedgerArg {
+    /// The ledger's code (`default` when none is given).
+    pub fn code(&self) -> String {
+        self.given()
+            .unwrap_or(ledger_core::ledger::DEFAULT_LEDGER)
+            .to_owned()
+    }
+
+    /// The ledger given by `--ledger` or `LEDGER_LEDGER`, if one is (an empty one is none).
+    pub fn given(&self) -> Option<&str> {
+        self.ledger.as_deref().filter(|l| !l.is_empty())
+    }
+}
+
+/// A ledger code from the command line, checked as the ledger checks it (empty: none given).
+pub fn parse_ledger(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Ok(String::new());
+    }
+    ledger_core::ledger::validate_ledger_code(s)
+        .map(|()| s.to_owned())
+        .map_err(|e| e.message)
+}
+
+/// A ledger code that must be given (an argument naming a ledger).
+pub fn parse_ledger_code(s: &str) -> Result<String, String> {
+    ledger_core::ledger::validate_ledger_code(s)
+        .map(|()| s.to_owned())
+        .map_err(|e| e.message)
 }
 
 /// An empty value (`LEDGER_TOKEN=`) means "not set".
@@ -159,6 +200,25 @@ pub fn show_ts(t: &Option<prost_types::Timestamp>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ledger_is_checked_as_the_ledger_checks_it_and_empty_or_absent_is_default() {
+        assert_eq!(parse_ledger("acme").unwrap(), "acme");
+        assert_eq!(parse_ledger("").unwrap(), "");
+        for bad in ["Acme", "a b", &"x".repeat(65)] {
+            let e = parse_ledger(bad).unwrap_err();
+            assert!(e.contains("MAX_LEDGER_CODE_CHARS"), "{e}");
+            assert!(parse_ledger_code(bad).is_err());
+        }
+        assert!(parse_ledger_code("").is_err());
+        let arg = |l: Option<&str>| LedgerArg {
+            ledger: l.map(str::to_owned),
+        };
+        assert_eq!(arg(None).code(), "default");
+        assert_eq!(arg(Some("")).code(), "default");
+        assert_eq!(arg(Some("")).given(), None);
+        assert_eq!(arg(Some("acme")).code(), "acme");
+    }
 
     #[test]
     fn times_are_rfc_3339_or_a_date_alone_at_midnight_utc() {

@@ -43,6 +43,16 @@ pub fn account_json(a: &pb::Account) -> Value {
         "allowNegative": a.allow_negative,
         "metadata": metadata(&a.metadata),
         "createdAt": show_ts(&a.created_at),
+        "ledger": a.ledger,
+    })
+}
+
+pub fn ledger_json(l: &pb::LedgerInfo) -> Value {
+    json!({
+        "code": l.code,
+        "description": l.description,
+        "metadata": metadata(&l.metadata),
+        "createdAt": show_ts(&l.created_at),
     })
 }
 
@@ -72,6 +82,7 @@ pub fn posting_json(p: &pb::Posting) -> Value {
         "capturesHoldPostingId": p.captures_hold_posting_id,
         "releasesHoldPostingId": p.releases_hold_posting_id,
         "kind": pb::PostingKind::try_from(p.kind).map_or("POSTING_KIND_UNSPECIFIED", |k| k.as_str_name()),
+        "ledger": p.ledger,
     })
 }
 

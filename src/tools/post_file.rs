@@ -13,8 +13,12 @@ pub enum PostFile {
     /// One `PostRequest` (a JSON object): sent as one `Post`.
     One(pb::PostRequest),
     /// A JSON list of `PostRequest`s, or a `PostBatchRequest` (`{"requests": [...]}`, the
-    /// body grpcurl sends to `PostBatch`): sent as one `PostBatch`, in this order.
-    Batch(Vec<pb::PostRequest>),
+    /// body grpcurl sends to `PostBatch`, and its `ledger`, empty when it names none): sent as
+    /// one `PostBatch`, in this order.
+    Batch {
+        ledger: String,
+        requests: Vec<pb::PostRequest>,
+    },
 }
 
 /// The example every message shows.
@@ -41,13 +45,19 @@ pub fn parse(what: &str, text: &str) -> Result<PostFile, String> {
     let file = match &shape {
         serde_json::Value::Array(_) => {
             let seed = Requests(descriptor("ledger.v1.PostRequest"));
-            PostFile::Batch(transcode_all(seed.deserialize(&mut json).map_err(bad)?)?)
+            PostFile::Batch {
+                ledger: String::new(),
+                requests: transcode_all(seed.deserialize(&mut json).map_err(bad)?)?,
+            }
         }
         serde_json::Value::Object(m) if m.contains_key("requests") => {
             let desc = descriptor("ledger.v1.PostBatchRequest");
             let batch: pb::PostBatchRequest =
                 transcode(DynamicMessage::deserialize(desc, &mut json).map_err(bad)?)?;
-            PostFile::Batch(batch.requests)
+            PostFile::Batch {
+                ledger: batch.ledger,
+                requests: batch.requests,
+            }
         }
         serde_json::Value::Object(_) => {
             let desc = descriptor("ledger.v1.PostRequest");
@@ -134,13 +144,30 @@ mod tests {
     #[test]
     fn a_list_or_a_post_batch_request_is_a_batch_in_its_order() {
         let list = format!("[{FORM}, {}]", FORM.replace("k-1", "k-2"));
-        let PostFile::Batch(rs) = parse("f", &list).unwrap() else {
+        let PostFile::Batch { ledger, requests } = parse("f", &list).unwrap() else {
             panic!("a batch")
         };
-        let keys: Vec<&str> = rs.iter().map(|r| r.idempotency_key.as_str()).collect();
-        assert_eq!(keys, ["k-1", "k-2"]);
+        let keys: Vec<&str> = requests
+            .iter()
+            .map(|r| r.idempotency_key.as_str())
+            .collect();
+        assert_eq!((keys, ledger.as_str()), (vec!["k-1", "k-2"], ""));
         let body = format!(r#"{{"requests": {list}}}"#);
-        assert_eq!(parse("f", &body).unwrap(), PostFile::Batch(rs));
+        assert_eq!(
+            parse("f", &body).unwrap(),
+            PostFile::Batch {
+                ledger: String::new(),
+                requests: requests.clone()
+            }
+        );
+        let body = format!(r#"{{"ledger": "acme", "requests": {list}}}"#);
+        assert_eq!(
+            parse("f", &body).unwrap(),
+            PostFile::Batch {
+                ledger: "acme".into(),
+                requests
+            }
+        );
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! `ledger report`: client commands for people and spreadsheets. They call a running server
+//! `ledger report`: client commands for people and spreadsheets, on one ledger (`--ledger`,
+//! env `LEDGER_LEDGER`, default `default`). They call a running server
 //! through `ledger-client`'s typed API (every page at one cut-off, amounts as exact
 //! `ledger_client::Amount`s at the account's scale, printed exactly and compared exactly: the
 //! ledger's totals reach 10^36 minor units, beyond a `Decimal`) and print an aligned table
@@ -48,6 +49,8 @@ pub enum Report {
 pub struct Common {
     #[command(flatten)]
     pub client: crate::tools::ClientArgs,
+    #[command(flatten)]
+    pub ledger: crate::tools::LedgerArg,
     /// Recorded cut-off (RFC 3339 or a date): what the ledger knew at that time. Default: now.
     #[arg(long, value_parser = crate::tools::parse_time)]
     pub as_of: Option<OffsetDateTime>,
@@ -95,6 +98,7 @@ async fn connect(common: &Common) -> Result<Client, ReportError> {
             .map_err(|e| ReportError(e.to_string()))?,
         retry: RetryPolicy::default(),
         coalesce: None,
+        ledger: common.ledger.code(),
     };
     Client::connect(options).await.map_err(rpc_error)
 }
@@ -126,7 +130,7 @@ pub async fn trial_balance(common: &Common, prefix: &str) -> Result<String, Repo
         .map_err(rpc_error)?;
     Ok(match common.format {
         Format::Csv => trial_balance_csv(&trial),
-        Format::Table => trial_balance_table(&trial, prefix),
+        Format::Table => trial_balance_table(&trial, prefix, &common.ledger.code()),
     })
 }
 
@@ -196,11 +200,20 @@ fn trial_balance_csv(trial: &TrialBalance) -> String {
     out
 }
 
-fn trial_balance_table(trial: &TrialBalance, prefix: &str) -> String {
-    let of = if prefix.is_empty() {
+/// How a heading names a ledger: not at all for `default`, ` in ledger CODE` for another.
+fn in_ledger(ledger: &str) -> String {
+    if ledger == ledger_client::DEFAULT_LEDGER {
         String::new()
     } else {
-        format!(" of {prefix}*")
+        format!(" in ledger {ledger}")
+    }
+}
+
+fn trial_balance_table(trial: &TrialBalance, prefix: &str, ledger: &str) -> String {
+    let of = if prefix.is_empty() {
+        in_ledger(ledger)
+    } else {
+        format!(" of {prefix}*{}", in_ledger(ledger))
     };
     let Some(a) = trial.balances.first().map(|b| b.as_of) else {
         return format!("Trial balance{of}: no account has activity at this cut-off\n");
@@ -256,7 +269,14 @@ pub async fn statement(common: &Common, account: &str) -> Result<String, ReportE
     }
     Ok(match common.format {
         Format::Csv => statement_csv(&balance, &entries),
-        Format::Table => statement_table(account, &balance, &entries),
+        Format::Table => {
+            let of = format!(
+                "{account} ({}){}",
+                balance.currency,
+                in_ledger(&common.ledger.code())
+            );
+            statement_table(&of, &balance, &entries)
+        }
     })
 }
 
@@ -320,11 +340,12 @@ fn statement_csv(balance: &Balance, entries: &[Entry]) -> String {
     out
 }
 
-fn statement_table(account: &str, balance: &Balance, entries: &[Entry]) -> String {
+/// The statement's table; `of` names the account, its currency and (unless `default`) its
+/// ledger, as its heading says them.
+fn statement_table(of: &str, balance: &Balance, entries: &[Entry]) -> String {
     let applied = balance.as_of;
     let mut out = format!(
-        "Statement of {account} ({}) as recorded at {}, effective at {} (journal sequence {})\n\n",
-        balance.currency,
+        "Statement of {of} as recorded at {}, effective at {} (journal sequence {})\n\n",
         show_ts(applied.recorded_at),
         show_ts(applied.effective_at),
         applied.sequence,
@@ -520,7 +541,7 @@ TOTAL,EUR,10000000000000000000000000000000000.00,9999999999999999999999999999999
             ),
             (
                 "trial balance, table, the largest totals one unit apart do not balance",
-                trial_balance_table(&largest, "").lines().last().unwrap().into(),
+                trial_balance_table(&largest, "", "default").lines().last().unwrap().into(),
                 "TOTAL    EUR       10000000000000000000000000000000000.00  9999999999999999999999999999999999.99                           NOT BALANCED         0.00          0.00".into(),
             ),
             (
@@ -536,7 +557,7 @@ TOTAL,EUR,130.25,130.25,,10.00,10.00,
             ),
             (
                 "trial balance, table, whole ledger",
-                trial_balance_table(&with_hold(), ""),
+                trial_balance_table(&with_hold(), "", "default"),
                 format!(
                     "Trial balance {HEAD}
 
@@ -552,7 +573,7 @@ TOTAL    EUR       130.25   130.25  balanced        10.00         10.00
             ),
             (
                 "trial balance, table, held amounts that do not balance",
-                trial_balance_table(&unbalanced, ""),
+                trial_balance_table(&unbalanced, "", "default"),
                 format!(
                     "Trial balance {HEAD}
 
@@ -584,9 +605,10 @@ TOTAL    EUR       130.25   130.25  NOT BALANCED        10.00          9.00
                         totals: vec![total([0, 10000, 1000, 0])],
                     },
                     "w",
+                    "acme",
                 ),
                 format!(
-                    "Trial balance of w* {HEAD}
+                    "Trial balance of w* in ledger acme {HEAD}
 
 ACCOUNT  CURRENCY  DEBITS  CREDITS  BALANCE  HELD_DEBITS  HELD_CREDITS  AVAILABLE
 -------  --------  ------  -------  -------  -----------  ------------  ---------
@@ -608,7 +630,7 @@ TOTAL,,,,100.00,30.25,69.75,0.00,10.00,59.75
             ),
             (
                 "statement, table",
-                statement_table("a:0", &a0, &statement),
+                statement_table("a:0 (EUR)", &a0, &statement),
                 format!(
                     "Statement of a:0 (EUR) {HEAD}
 

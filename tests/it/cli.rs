@@ -11,15 +11,22 @@ use std::process::Output;
 
 /// Runs `ledger ARGS…` against `server` (`--server` appended) and returns its output.
 async fn ledger(args: &[&str], server: &str) -> Output {
+    ledger_with(args, server, &[]).await
+}
+
+/// [`ledger`] with the environment variables `env` set.
+async fn ledger_with(args: &[&str], server: &str, env: &[(&str, &str)]) -> Output {
     let mut all: Vec<&str> = args.to_vec();
     all.extend(["--server", server]);
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_ledger"))
-        .args(&all)
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_ledger"));
+    cmd.args(&all)
         .env_remove("LEDGER_SERVER")
         .env_remove("LEDGER_TOKEN")
-        .output()
-        .await
-        .expect("ledger runs")
+        .env_remove("LEDGER_LEDGER");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().await.expect("ledger runs")
 }
 
 fn json(out: &Output) -> Value {
@@ -868,7 +875,7 @@ async fn ledger_help_lists_the_client_commands_apart_from_the_server_operations_
     };
     assert_eq!(
         under("Client commands"),
-        ["account", "post", "capture", "void", "posting", "balance", "report"],
+        ["account", "post", "capture", "void", "posting", "balance", "report", "ledgers"],
         "{help}"
     );
     assert_eq!(
@@ -964,4 +971,291 @@ async fn table_output_shows_what_a_posting_is_and_only_the_fields_it_has_as_help
         !help.contains("field: value") && help.contains("a line per field it has"),
         "{help}"
     );
+}
+
+// Ledgers through the CLI. `a_bad_ledger_code_or_a_file_naming_two_ledgers_is_refused_before_anything_is_sent`
+// runs on any server; the others need the ledger RPCs and isolation (issue 25) on the server.
+
+#[tokio::test]
+async fn a_bad_ledger_code_or_a_file_naming_two_ledgers_is_refused_before_anything_is_sent() {
+    // No accounts: a request that reached the server would fail there (exit 1), not exit 2.
+    let t = TestLedger::start().await;
+    let s = t.server.as_ref().unwrap().local_addr.to_string();
+    let request = |ledger: &str| {
+        let mut r = request_json("k", "equity:world", "acct:0", "1.00");
+        r["ledger"] = ledger.into();
+        r
+    };
+    let two = temp_file(
+        "two.json",
+        &serde_json::json!([request("acme"), request("globex")]).to_string(),
+    );
+    let acme = temp_file("acme.json", &request("acme").to_string());
+    let code = "MAX_LEDGER_CODE_CHARS";
+    type Env<'a> = &'a [(&'a str, &'a str)];
+    let cases: Vec<(Vec<&str>, Env, &str)> = vec![
+        (vec!["balance", "acct:0", "--ledger", "Acme"], &[], code),
+        (
+            vec!["account", "list"],
+            &[("LEDGER_LEDGER", "not a code")],
+            code,
+        ),
+        (vec!["ledgers", "create", "Acme"], &[], code),
+        (vec!["ledgers", "get", "a/b"], &[], code),
+        (
+            vec!["report", "trial-balance", "--ledger", "x.y"],
+            &[],
+            code,
+        ),
+        (
+            vec!["post", "--file", two.to_str().unwrap()],
+            &[],
+            "writes one ledger",
+        ),
+        (
+            vec![
+                "post",
+                "--file",
+                acme.to_str().unwrap(),
+                "--ledger",
+                "globex",
+            ],
+            &[],
+            "differ",
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (args, env, names) in &cases {
+        let out = ledger_with(args, &s, env).await;
+        let err = stderr(&out);
+        if out.status.code() != Some(2) || !err.contains(names) {
+            wrong.push(format!(
+                "{args:?} {env:?}: want exit 2 naming {names:?}, got {:?}: {err}",
+                out.status.code()
+            ));
+        }
+    }
+    for (args, names) in [
+        (
+            vec!["--ledgers", "0"],
+            "--ledgers must be 1..=1000 (limit MAX_BENCH_LEDGERS)",
+        ),
+        (
+            vec!["--ledgers", "2", "--ledger", "acme"],
+            "names the one ledger",
+        ),
+        (
+            vec!["--ledgers", "3", "--concurrency", "2"],
+            "every ledger needs a caller",
+        ),
+    ] {
+        let out = ledger_with(&[&["bench"], args.as_slice()].concat(), &s, &[]).await;
+        let err = stderr(&out);
+        if out.status.success() || !err.contains(names) {
+            wrong.push(format!(
+                "bench {args:?}: want a refusal naming {names:?}: {err}"
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    assert_eq!(t.count("idempotency_keys").await, 0, "nothing was sent");
+}
+
+#[tokio::test]
+async fn the_cli_creates_gets_and_lists_ledgers_and_a_second_identical_create_finds_the_first() {
+    let t = TestLedger::start().await;
+    let s = t.server.as_ref().unwrap().local_addr.to_string();
+    let create = |code: &'static str, description: &'static str| {
+        let mut a = vec!["ledgers", "create", code, "--format", "json"];
+        a.extend(["--description", description, "--metadata", "region=eu"]);
+        a
+    };
+    let first = json(&ledger(&create("acme", "Acme Corp"), &s).await);
+    assert_eq!(first["created"], true, "{first}");
+    let l = &first["ledger"];
+    assert_eq!(
+        (&l["code"], &l["description"]),
+        (&"acme".into(), &"Acme Corp".into())
+    );
+    assert_eq!(l["metadata"]["region"], "eu");
+    let again = json(&ledger(&create("acme", "Acme Corp"), &s).await);
+    assert_eq!(again["created"], false);
+    assert_eq!(again["ledger"], first["ledger"], "as first stored");
+    let conflict = ledger(&create("acme", "Acme Inc"), &s).await;
+    assert_eq!(conflict.status.code(), Some(1));
+    assert!(
+        stderr(&conflict).contains("LEDGER_CONFLICT"),
+        "{}",
+        stderr(&conflict)
+    );
+    let got = json(&ledger(&["ledgers", "get", "acme", "--format", "json"], &s).await);
+    assert_eq!(got, first["ledger"]);
+    let table = record_lines(&ledger(&["ledgers", "get", "acme"], &s).await);
+    assert!(table.contains(&("code".into(), "acme".into())), "{table:?}");
+    let missing = ledger(&["ledgers", "get", "nobody"], &s).await;
+    assert!(
+        stderr(&missing).contains("LEDGER_NOT_FOUND"),
+        "{}",
+        stderr(&missing)
+    );
+    json(&ledger(&create("globex", "Globex"), &s).await);
+    let list = ["ledgers", "list", "--page-size", "1", "--format", "json"];
+    let listed = json(&ledger(&list, &s).await);
+    let codes: Vec<&str> = listed["ledgers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["code"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        codes,
+        ["acme", "default", "globex"],
+        "every page, in code order"
+    );
+    let table = ledger(&["ledgers", "list"], &s).await;
+    let text = String::from_utf8_lossy(&table.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("CODE") && lines.len() == 4, "{text}");
+    assert!(
+        lines[1].starts_with("acme") && lines[1].ends_with("Acme Corp"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn ledger_and_ledger_ledger_env_keep_posts_and_balances_of_two_ledgers_apart() {
+    let t = TestLedger::start().await;
+    let s = t.server.as_ref().unwrap().local_addr.to_string();
+    for code in ["acme", "globex"] {
+        json(&ledger(&["ledgers", "create", code, "--format", "json"], &s).await);
+        for (account, normal) in [("equity:world", "credit"), ("assets:bank", "debit")] {
+            let mut args = vec!["account", "create", account, "--currency", "EUR"];
+            args.extend(["--scale", "2", "--normal", normal, "--allow-negative"]);
+            args.extend(["--ledger", code, "--format", "json"]);
+            let created = json(&ledger(&args, &s).await);
+            assert_eq!(created["account"]["ledger"], code, "{created}");
+        }
+    }
+    let post = ["post", "--key", "k-1", "--format", "json"];
+    let acme = [
+        "assets:bank:debit:100.00",
+        "equity:world:credit:100.00",
+        "--ledger",
+        "acme",
+    ];
+    let globex = ["assets:bank:debit:30.00", "equity:world:credit:30.00"];
+    let env = [("LEDGER_LEDGER", "globex")];
+    // One key in two ledgers: two postings; the env names the ledger as --ledger does.
+    let in_acme = json(&ledger(&[&post[..], &acme].concat(), &s).await);
+    let in_globex = json(&ledger_with(&[&post[..], &globex].concat(), &s, &env).await);
+    assert_eq!(
+        (&in_acme["replayed"], &in_globex["replayed"]),
+        (&false.into(), &false.into())
+    );
+    assert_eq!(in_acme["posting"]["ledger"], "acme");
+    assert_eq!(in_globex["posting"]["ledger"], "globex");
+    assert_ne!(
+        in_acme["posting"]["postingId"],
+        in_globex["posting"]["postingId"]
+    );
+    let balance = ["balance", "assets:bank", "--format", "json"];
+    let in_acme = [&balance[..], &["--ledger", "acme"]].concat();
+    assert_eq!(json(&ledger(&in_acme, &s).await)["balance"], "100.00");
+    assert_eq!(
+        json(&ledger_with(&balance, &s, &env).await)["balance"],
+        "30.00"
+    );
+    // The flag wins over the environment, as for every option.
+    assert_eq!(
+        json(&ledger_with(&in_acme, &s, &env).await)["balance"],
+        "100.00"
+    );
+    let default = ledger(&balance, &s).await;
+    assert!(
+        stderr(&default).contains("ACCOUNT_NOT_FOUND"),
+        "{}",
+        stderr(&default)
+    );
+    let got = [
+        "posting", "get", "--key", "k-1", "--ledger", "globex", "--format", "json",
+    ];
+    let got = json(&ledger(&got, &s).await);
+    assert_eq!(got["postingId"], in_globex["posting"]["postingId"]);
+    let report = ledger(&["report", "trial-balance", "--ledger", "globex"], &s).await;
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(report.status.success(), "{}", stderr(&report));
+    assert!(
+        text.starts_with("Trial balance in ledger globex as recorded at"),
+        "{text}"
+    );
+    assert!(text.contains("30.00") && !text.contains("100.00"), "{text}");
+}
+
+#[tokio::test]
+async fn bench_with_two_ledgers_creates_them_spreads_its_load_and_reports_each_ones_rate() {
+    let t = TestLedger::start().await;
+    let s = t.server.as_ref().unwrap().local_addr.to_string();
+    let bench = [
+        "bench",
+        "--ledgers",
+        "2",
+        "--duration",
+        "2",
+        "--concurrency",
+        "4",
+    ];
+    let bench = [&bench[..], &["--accounts", "10"]].concat();
+    for run in 0..2 {
+        let out = ledger(&bench, &s).await;
+        let err = stderr(&out);
+        assert!(out.status.success(), "run {run}: {err}");
+        let created = if run == 0 {
+            "2 created now"
+        } else {
+            "0 created now"
+        };
+        assert!(
+            err.contains(&format!("2 ledgers ready ({created})")),
+            "run {run}: {err}"
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let summary: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+        assert_eq!(
+            (&summary["ledgers"], &summary["errors"]),
+            (&2.into(), &0.into())
+        );
+        let per: Vec<(&str, u64)> = summary["per_ledger"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                (
+                    l["ledger"].as_str().unwrap(),
+                    l["postings"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            per.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+            ["bench-1", "bench-2"]
+        );
+        assert!(
+            per.iter().all(|(_, n)| *n > 0),
+            "load on every ledger: {summary}"
+        );
+        let total: u64 = per.iter().map(|(_, n)| n).sum();
+        assert_eq!(summary["postings"].as_u64(), Some(total), "{summary}");
+        assert!(
+            err.contains("bench-1") && err.contains("postings/s"),
+            "{err}"
+        );
+    }
+    let listed = json(&ledger(&["ledgers", "list", "--format", "json"], &s).await);
+    let codes: Vec<&str> = listed["ledgers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["code"].as_str().unwrap())
+        .collect();
+    assert_eq!(codes, ["bench-1", "bench-2", "default"]);
 }

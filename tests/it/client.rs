@@ -622,3 +622,311 @@ fn the_client_knows_every_reason_the_ledger_can_answer_and_no_other() {
     let client: Vec<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
     assert_eq!(client, ledger);
 }
+
+// Ledgers through the client. `a_ledger_code_the_ledger_would_refuse_fails_before_any_call`
+// runs on any server; the others need the ledger RPCs and isolation (issue 25) on the server.
+
+#[tokio::test]
+async fn a_ledger_code_the_ledger_would_refuse_fails_before_any_call() {
+    use ledger_client::{AsOf, NewCapture, NewLedger, NewVoid, PostingBy};
+    let mut t = TestLedger::start().await;
+    let addr = t.server.as_ref().unwrap().local_addr.to_string();
+    let e = Client::connect(ClientOptions::new(&addr).ledger("Acme"))
+        .await
+        .err()
+        .expect("a bad default ledger fails connect");
+    assert_eq!(e.kind, ErrorKind::Refused(Reason::InvalidField), "{e}");
+    assert_eq!(e.metadata["field"], "ledger");
+    let client = Client::connect(ClientOptions::new(&addr).retry(RetryPolicy::never()))
+        .await
+        .unwrap();
+    assert_eq!(client.ledger_code(), "default");
+    assert_eq!(
+        client.ledger("").ledger_code(),
+        "default",
+        "empty is default"
+    );
+    // The server is gone: whatever the client answers now, it answers without a call.
+    t.server.take().unwrap().shutdown().await.unwrap();
+    let sent = client.stats().attempts;
+    let bad = client.ledger("no spaces");
+    let posting = || {
+        NewPosting::new("k")
+            .debit("a", dec("1"))
+            .credit("b", dec("1"))
+    };
+    let void = NewVoid {
+        idempotency_key: "v".into(),
+        posting_id: "p".into(),
+        reason: String::new(),
+        effective_at: None,
+    };
+    let errors = [
+        bad.create_account(new_account("a", 2, NormalBalance::Debit, false))
+            .await
+            .err(),
+        bad.account("a").await.err(),
+        bad.post(posting()).await.err(),
+        bad.post_batch(vec![posting()]).await.err(),
+        bad.void(void).await.err(),
+        bad.capture(NewCapture::new("c", "p")).await.err(),
+        bad.posting(PostingBy::Key("k".into())).await.err(),
+        bad.balance("a", AsOf::now()).await.err(),
+        bad.trial_balance("", AsOf::now()).await.err(),
+        bad.entries("a", AsOf::now()).await.err(),
+        client.get_ledger("UPPER").await.err(),
+        client.create_ledger(NewLedger::new("")).await.err(),
+        client
+            .create_ledger(NewLedger::new("x".repeat(65)))
+            .await
+            .err(),
+    ];
+    for (i, e) in errors.into_iter().enumerate() {
+        let e = e.unwrap_or_else(|| panic!("call {i} refused"));
+        assert_eq!(e.kind, ErrorKind::Refused(Reason::InvalidField), "{i}: {e}");
+        assert_eq!(e.metadata["field"], "ledger", "{i}");
+        assert!(e.message.contains("MAX_LEDGER_CODE_CHARS"), "{i}: {e}");
+    }
+    assert_eq!(client.stats().attempts, sent, "no call was made");
+}
+
+#[test]
+fn the_clients_rule_for_ledger_codes_is_the_ledgers() {
+    use ledger_core::ledger::{validate_ledger_code, DEFAULT_LEDGER};
+    assert_eq!(
+        ledger_client::MAX_LEDGER_CODE_CHARS,
+        ledger_core::limits::MAX_LEDGER_CODE_CHARS
+    );
+    assert_eq!(ledger_client::DEFAULT_LEDGER, DEFAULT_LEDGER);
+    let long = "a".repeat(ledger_client::MAX_LEDGER_CODE_CHARS);
+    let longer = format!("{long}b");
+    for code in [
+        "", "default", "acme", "a-b_c9", "Acme", "a b", "a.b", "a:b", "é", "-", "_", &long, &longer,
+    ] {
+        assert_eq!(
+            ledger_client::validate_ledger_code(code).is_ok(),
+            validate_ledger_code(code).is_ok(),
+            "{code:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_clients_default_ledger_and_a_per_call_ledger_keep_one_account_code_apart() {
+    use ledger_client::{AsOf, NewLedger, PostingBy};
+    let t = TestLedger::start().await;
+    let addr = t.server.as_ref().unwrap().local_addr.to_string();
+    let admin = Client::connect(ClientOptions::new(&addr)).await.unwrap();
+    for code in ["acme", "globex"] {
+        admin.create_ledger(NewLedger::new(code)).await.unwrap();
+    }
+    let acme = Client::connect(ClientOptions::new(&addr).ledger("acme"))
+        .await
+        .unwrap();
+    let globex = acme.ledger("globex");
+    assert_eq!(
+        (acme.ledger_code(), globex.ledger_code()),
+        ("acme", "globex")
+    );
+    // The same codes in both ledgers, at other scales: each amount converts at its own.
+    for (client, scale) in [(&acme, 2), (&globex, 0)] {
+        for a in [
+            new_account("equity:world", scale, NormalBalance::Credit, true),
+            new_account("assets:bank", scale, NormalBalance::Debit, false),
+        ] {
+            let (account, created) = client.create_account(a).await.unwrap();
+            assert!(created, "{} in {}", account.code, client.ledger_code());
+            assert_eq!(account.ledger, client.ledger_code());
+        }
+    }
+    let pay = |amount: &str| {
+        NewPosting::new("pay-1")
+            .debit("assets:bank", dec(amount))
+            .credit("equity:world", dec(amount))
+    };
+    // One key in two ledgers: two postings (keys are scoped by ledger), each its ledger's first.
+    let in_acme = acme.post(pay("12.50")).await.unwrap();
+    let in_globex = globex.post(pay("7")).await.unwrap();
+    assert!(!in_acme.replayed && !in_globex.replayed);
+    assert_ne!(in_acme.posting.posting_id, in_globex.posting.posting_id);
+    assert_eq!(
+        (
+            in_acme.posting.ledger.as_str(),
+            in_globex.posting.ledger.as_str()
+        ),
+        ("acme", "globex")
+    );
+    assert_eq!(
+        (in_acme.posting.sequence, in_globex.posting.sequence),
+        (1, 1)
+    );
+    let e = globex.post(pay("0.5")).await.unwrap_err();
+    assert_eq!(e.reason(), Some(Reason::AmountScale), "globex's scale: {e}");
+    let bank = |c: &Client| {
+        let c = c.clone();
+        async move { c.balance("assets:bank", AsOf::now()).await }
+    };
+    assert_eq!(bank(&acme).await.unwrap().balance.to_string(), "12.50");
+    assert_eq!(bank(&globex).await.unwrap().balance.to_string(), "7");
+    let e = bank(&acme.ledger("")).await.unwrap_err();
+    assert_eq!(
+        e.reason(),
+        Some(Reason::AccountNotFound),
+        "not in default: {e}"
+    );
+    let by_key = acme.posting(PostingBy::Key("pay-1".into())).await.unwrap();
+    assert_eq!(by_key.posting_id, in_acme.posting.posting_id);
+    let by_key = globex
+        .posting(PostingBy::Key("pay-1".into()))
+        .await
+        .unwrap();
+    assert_eq!(by_key.posting_id, in_globex.posting.posting_id);
+    let e = globex
+        .posting(PostingBy::Id(in_acme.posting.posting_id.clone()))
+        .await
+        .unwrap_err();
+    assert_eq!(e.reason(), Some(Reason::PostingNotFound), "{e}");
+    for (client, n) in [(&acme, 2), (&globex, 2), (&admin, 0)] {
+        let trial = client.trial_balance("", AsOf::now()).await.unwrap();
+        assert_eq!(trial.balances.len(), n, "{}", client.ledger_code());
+    }
+    let entries = globex.entries("assets:bank", AsOf::now()).await.unwrap();
+    assert_eq!(entries.len(), 1);
+}
+
+#[tokio::test]
+async fn creating_a_ledger_again_finds_it_and_other_attributes_are_a_conflict() {
+    use ledger_client::NewLedger;
+    let t = TestLedger::start().await;
+    let addr = t.server.as_ref().unwrap().local_addr.to_string();
+    let client = Client::connect(ClientOptions::new(&addr)).await.unwrap();
+    let acme = || {
+        NewLedger::new("acme")
+            .description("Acme Corp")
+            .metadata("region", "eu")
+    };
+    let first = client.create_ledger(acme()).await.unwrap();
+    assert!(first.created);
+    assert_eq!(
+        (
+            first.ledger.code.as_str(),
+            first.ledger.description.as_str()
+        ),
+        ("acme", "Acme Corp")
+    );
+    assert_eq!(first.ledger.metadata["region"], "eu");
+    let again = client.create_ledger(acme()).await.unwrap();
+    assert!(!again.created);
+    assert_eq!(again.ledger, first.ledger, "the ledger as first stored");
+    let e = client
+        .create_ledger(NewLedger::new("acme").description("Acme Inc"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.reason(), Some(Reason::LedgerConflict), "{e}");
+    assert!(!e.is_retry_safe());
+    assert_eq!(client.get_ledger("acme").await.unwrap(), first.ledger);
+    let e = client.get_ledger("nobody").await.unwrap_err();
+    assert_eq!(e.reason(), Some(Reason::LedgerNotFound), "{e}");
+    let default = client.get_ledger("default").await.unwrap();
+    assert_eq!(default.code, "default");
+}
+
+#[tokio::test]
+async fn list_ledgers_pages_through_every_ledger_in_code_order() {
+    use ledger_client::NewLedger;
+    let t = TestLedger::start().await;
+    let addr = t.server.as_ref().unwrap().local_addr.to_string();
+    let client = Client::connect(ClientOptions::new(&addr)).await.unwrap();
+    for code in ["paging-c", "paging-a", "paging-b"] {
+        client.create_ledger(NewLedger::new(code)).await.unwrap();
+    }
+    let all: Vec<String> = client
+        .list_all_ledgers()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|l| l.code)
+        .collect();
+    assert_eq!(all, ["default", "paging-a", "paging-b", "paging-c"]);
+    for size in [1, 2, 3] {
+        let (mut codes, mut token, mut pages) = (Vec::new(), String::new(), 0);
+        loop {
+            let page = client.list_ledgers(size, &token).await.unwrap();
+            assert!(page.ledgers.len() <= size as usize, "page size {size}");
+            codes.extend(page.ledgers.into_iter().map(|l| l.code));
+            pages += 1;
+            if page.next_page_token.is_empty() {
+                break;
+            }
+            token = page.next_page_token;
+        }
+        assert_eq!(codes, all, "page size {size}");
+        assert!(
+            pages >= all.len().div_ceil(size as usize),
+            "page size {size}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn coalesced_posts_to_two_ledgers_travel_in_post_batch_calls_of_one_ledger_each() {
+    use ledger_client::{AsOf, NewLedger};
+    const TASKS: usize = 100;
+    let t = TestLedger::start().await;
+    let addr = t.server.as_ref().unwrap().local_addr.to_string();
+    let client = Client::connect(ClientOptions::new(&addr).coalesce(64))
+        .await
+        .unwrap();
+    let ledgers = ["left", "right"];
+    for code in ledgers {
+        client.create_ledger(NewLedger::new(code)).await.unwrap();
+        let on = client.ledger(code);
+        for a in [
+            new_account("equity:world", 2, NormalBalance::Credit, true),
+            new_account("acct:0", 2, NormalBalance::Debit, false),
+        ] {
+            on.create_account(a).await.unwrap();
+        }
+    }
+    let start = Arc::new(tokio::sync::Barrier::new(TASKS));
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|i| {
+            let on = client.ledger(ledgers[i % 2]);
+            let start = start.clone();
+            tokio::spawn(async move {
+                let amount = Decimal::new(i as i64 + 1, 2);
+                let p = NewPosting::new(format!("t-{i}"))
+                    .debit("acct:0", amount)
+                    .credit("equity:world", amount);
+                start.wait().await;
+                let posted = on.post(p).await.unwrap_or_else(|e| panic!("task {i}: {e}"));
+                assert_eq!(posted.posting.ledger, on.ledger_code(), "task {i}");
+                assert_eq!(posted.posting.idempotency_key, format!("t-{i}"));
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let stats = client.stats();
+    assert_eq!(stats.batched_postings, TASKS as u64);
+    assert!(stats.batch_calls >= 2, "one call per ledger at least");
+    for (k, code) in ledgers.iter().enumerate() {
+        // Task i posted i + 1 cents to ledger i mod 2.
+        let cents: i64 = (0..TASKS as i64)
+            .filter(|i| i % 2 == k as i64)
+            .map(|i| i + 1)
+            .sum();
+        let b = client
+            .ledger(code)
+            .balance("acct:0", AsOf::now())
+            .await
+            .unwrap();
+        assert_eq!(b.balance, Decimal::new(cents, 2), "{code}");
+        assert_eq!(
+            b.as_of.sequence,
+            (TASKS / 2) as u64,
+            "{code}: its own sequence"
+        );
+    }
+}

@@ -79,21 +79,20 @@ impl Calls {
         Posted::from_pb(r.posting, r.replayed)
     }
 
-    /// One `PostBatch` call (retried whole): one result per request, in order, or the
-    /// call's error.
+    /// One `PostBatch` call on `ledger` (retried whole): one result per request, in order,
+    /// or the call's error. Every request names the same ledger (a batch writes one).
     pub(crate) async fn post_batch(
         &self,
+        ledger: String,
         requests: Vec<pb::PostRequest>,
     ) -> Result<Vec<Result<Posted, Error>>, Error> {
+        debug_assert!(requests.iter().all(|r| r.ledger == ledger));
         let n = requests.len();
         self.counters.batch_calls.fetch_add(1, Ordering::Relaxed);
         self.counters
             .batched_postings
             .fetch_add(n as u64, Ordering::Relaxed);
-        let req = pb::PostBatchRequest {
-            ledger: String::new(),
-            requests,
-        };
+        let req = pb::PostBatchRequest { ledger, requests };
         let r = self
             .call(req, |mut c, r| async move { c.post_batch(r).await })
             .await?;

@@ -1,5 +1,9 @@
-//! [`Client`]: the typed calls, each sent under the [`RetryPolicy`], with the accounts it has
-//! read kept in memory (accounts never change) so that amounts convert at their scale.
+//! [`Client`]: the typed calls, each sent under the [`RetryPolicy`] and naming the client's
+//! ledger, with the accounts it has read kept in memory by ledger and code (accounts never
+//! change) so that amounts convert at their scale. `ledgers.rs`: the calls about ledgers
+//! themselves (create, get, list).
+
+mod ledgers;
 
 use crate::amount::to_wire;
 use crate::calls::{
@@ -15,9 +19,9 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-/// Accounts kept in memory, at most (limit MAX_CACHED_ACCOUNTS); emptied when full. Only
-/// their scale is needed (to write amounts), and accounts never change, so a kept account
-/// never goes stale.
+/// Accounts kept in memory, at most, over every ledger (limit MAX_CACHED_ACCOUNTS); emptied
+/// when full. Only their scale is needed (to write amounts), and accounts never change, so a
+/// kept account never goes stale.
 pub const MAX_CACHED_ACCOUNTS: usize = 10_000;
 
 /// Items asked for per page when a call pages through a whole list (the ledger's largest).
@@ -32,6 +36,9 @@ pub struct ClientOptions {
     pub retry: RetryPolicy,
     /// `None`: every `post` is its own `Post` call.
     pub coalesce: Option<Coalesce>,
+    /// The ledger the client's calls name (empty: [`DEFAULT_LEDGER`]); [`Client::ledger`]
+    /// gives a client on another one.
+    pub ledger: String,
 }
 
 impl ClientOptions {
@@ -58,6 +65,13 @@ impl ClientOptions {
         self
     }
 
+    /// With the calls on ledger `code` (1..64 of `a-z 0-9 _ -`; empty: [`DEFAULT_LEDGER`]);
+    /// a bad code fails [`Client::connect`] before anything is sent.
+    pub fn ledger(mut self, code: impl Into<String>) -> ClientOptions {
+        self.ledger = code.into();
+        self
+    }
+
     /// Concurrent `post` calls sent together, at most `max_per_call` per `PostBatch`.
     pub fn coalesce(mut self, max_per_call: usize) -> ClientOptions {
         self.coalesce = Some(Coalesce {
@@ -68,33 +82,68 @@ impl ClientOptions {
     }
 }
 
+/// The accounts a client has read, by ledger and code.
+#[derive(Default)]
+struct Accounts {
+    by_ledger: HashMap<String, HashMap<String, Account>>,
+    len: usize,
+}
+
+impl Accounts {
+    fn get(&self, ledger: &str, code: &str) -> Option<&Account> {
+        self.by_ledger.get(ledger)?.get(code)
+    }
+
+    /// Keeps `a` as read on `ledger` (emptied first when MAX_CACHED_ACCOUNTS are kept).
+    fn keep(&mut self, ledger: &str, a: &Account) {
+        if self.len >= MAX_CACHED_ACCOUNTS {
+            *self = Accounts::default();
+        }
+        let codes = self.by_ledger.entry(ledger.to_owned()).or_default();
+        if codes.insert(a.code.clone(), a.clone()).is_none() {
+            self.len += 1;
+        }
+    }
+}
+
+type SharedAccounts = Arc<Mutex<Accounts>>;
+
 /// A client of the ledger: cheap to clone (clones share the connection, the accounts read and
-/// the coalescer), safe to use from many tasks at once.
+/// the coalescer), safe to use from many tasks at once. Its calls name one ledger, the
+/// options' ([`ClientOptions::ledger`]); [`Client::ledger`] is a client on another one over
+/// the same connection.
 #[derive(Clone)]
 pub struct Client {
     calls: Arc<Calls>,
-    accounts: Arc<Mutex<HashMap<String, Account>>>,
+    accounts: SharedAccounts,
     coalescer: Option<Coalescer>,
     options: Arc<ClientOptions>,
+    /// The ledger its calls name (never empty).
+    ledger: Arc<str>,
 }
 
 impl Client {
     /// Connects (see [`connect`] for addresses and TLS). Coalescing, when asked for, starts its
-    /// dispatcher on the current tokio runtime.
+    /// dispatcher on the current tokio runtime. A ledger code in the options that the ledger
+    /// would refuse fails here, before anything is sent (`INVALID_FIELD`, field `ledger`).
     pub async fn connect(opts: ClientOptions) -> Result<Client, Error> {
-        Client::on_new_connection(Arc::new(opts), Arc::default()).await
+        let ledger = ledger_or_default(&opts.ledger)?.into();
+        Client::on_new_connection(Arc::new(opts), Arc::default(), ledger).await
     }
 
     /// A client over a new connection to the same server, with the same options, sharing the
-    /// accounts this one has read (its own coalescing, when on). To spread load over several
-    /// HTTP/2 connections without reading every account once per connection.
+    /// accounts this one has read (its own coalescing, when on), on this one's ledger. To
+    /// spread load over several HTTP/2 connections without reading every account once per
+    /// connection.
     pub async fn another_connection(&self) -> Result<Client, Error> {
-        Client::on_new_connection(self.options.clone(), self.accounts.clone()).await
+        let (options, accounts) = (self.options.clone(), self.accounts.clone());
+        Client::on_new_connection(options, accounts, self.ledger.clone()).await
     }
 
     async fn on_new_connection(
         options: Arc<ClientOptions>,
-        accounts: Arc<Mutex<HashMap<String, Account>>>,
+        accounts: SharedAccounts,
+        ledger: Arc<str>,
     ) -> Result<Client, Error> {
         let coalesce = options.coalesce.map(check_coalesce).transpose()?;
         let calls = Arc::new(Calls {
@@ -107,7 +156,48 @@ impl Client {
             calls,
             accounts,
             options,
+            ledger,
         })
+    }
+
+    /// A client whose calls name ledger `code` (empty: [`DEFAULT_LEDGER`]): cheap (no new
+    /// connection; it shares this one's connection, accounts read and coalescing, whose
+    /// `PostBatch` calls never mix ledgers). A code the ledger would refuse fails each of its
+    /// calls before anything is sent (`INVALID_FIELD`, field `ledger`).
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), ledger_client::Error> {
+    /// use ledger_client::{AsOf, Client, ClientOptions, NewLedger};
+    /// let acme = Client::connect(ClientOptions::new("127.0.0.1:50051").ledger("acme")).await?;
+    /// acme.create_ledger(NewLedger::new("globex").description("Globex")).await?;
+    /// let globex = acme.ledger("globex"); // the same connection
+    /// let a = acme.balance("assets:bank", AsOf::now()).await?; // acme's
+    /// let g = globex.balance("assets:bank", AsOf::now()).await?; // globex's, apart
+    /// assert_eq!((acme.ledger_code(), globex.ledger_code()), ("acme", "globex"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn ledger(&self, code: &str) -> Client {
+        let code = if code.is_empty() {
+            DEFAULT_LEDGER
+        } else {
+            code
+        };
+        Client {
+            ledger: code.into(),
+            ..self.clone()
+        }
+    }
+
+    /// The ledger this client's calls name.
+    pub fn ledger_code(&self) -> &str {
+        &self.ledger
+    }
+
+    /// The ledger for a request's `ledger` field, checked as the ledger checks it.
+    fn ledger_field(&self) -> Result<String, Error> {
+        validate_ledger_code(&self.ledger)?;
+        Ok(self.ledger.to_string())
     }
 
     /// The generated client over the same connection, for calls this API does not cover.
@@ -129,7 +219,7 @@ impl Client {
     /// Creates an account, or finds the identical one (`true` when it was created now).
     pub async fn create_account(&self, a: NewAccount) -> Result<(Account, bool), Error> {
         let req = pb::CreateAccountRequest {
-            ledger: String::new(),
+            ledger: self.ledger_field()?,
             code: a.code,
             currency: a.currency,
             scale: a.scale,
@@ -149,13 +239,20 @@ impl Client {
         Ok((account, r.created))
     }
 
-    /// An account by code (read once, then kept: accounts never change).
+    /// An account of this client's ledger by code (read once, then kept: accounts never
+    /// change).
     pub async fn account(&self, code: &str) -> Result<Account, Error> {
-        if let Some(a) = self.accounts.lock().expect("accounts lock").get(code) {
-            return Ok(a.clone());
+        let kept = self
+            .accounts
+            .lock()
+            .expect("accounts lock")
+            .get(&self.ledger, code)
+            .cloned();
+        if let Some(a) = kept {
+            return Ok(a);
         }
         let req = pb::GetAccountRequest {
-            ledger: String::new(),
+            ledger: self.ledger_field()?,
             code: code.into(),
         };
         let a = self
@@ -173,7 +270,7 @@ impl Client {
             .accounts
             .lock()
             .expect("accounts lock")
-            .get(code)
+            .get(&self.ledger, code)
             .map(|a| a.scale);
         match kept {
             Some(scale) => Ok(scale),
@@ -181,12 +278,10 @@ impl Client {
         }
     }
 
+    /// Keeps an account read on this client's ledger.
     fn remember(&self, a: &Account) {
         let mut accounts = self.accounts.lock().expect("accounts lock");
-        if accounts.len() >= MAX_CACHED_ACCOUNTS {
-            accounts.clear();
-        }
-        accounts.insert(a.code.clone(), a.clone());
+        accounts.keep(&self.ledger, a);
     }
 
     /// The posting as the ledger takes it: each amount written at its account's scale
@@ -200,7 +295,7 @@ impl Client {
             ));
         }
         Ok(pb::PostRequest {
-            ledger: String::new(),
+            ledger: self.ledger_field()?,
             idempotency_key: p.idempotency_key.clone(),
             legs: self.wire_legs(&p.legs).await?,
             effective_at: p.effective_at.map(time_to_pb),
@@ -225,9 +320,10 @@ impl Client {
         Ok(wire)
     }
 
-    /// Records a posting, or answers the one already recorded under its key
-    /// (`replayed: true`). Calls whose outcome is unknown are retried with the same key. With
-    /// coalescing on, it travels in a `PostBatch` with the posts of other tasks.
+    /// Records a posting on this client's ledger, or answers the one already recorded there
+    /// under its key (`replayed: true`). Calls whose outcome is unknown are retried with the
+    /// same key. With coalescing on, it travels in a `PostBatch` with the posts of other tasks
+    /// to the same ledger.
     pub async fn post(&self, posting: NewPosting) -> Result<Posted, Error> {
         let req = self.wire(&posting).await?;
         match &self.coalescer {
@@ -236,7 +332,8 @@ impl Client {
         }
     }
 
-    /// Records up to [`MAX_BATCH_REQUESTS`] postings in one `PostBatch` call (retried whole
+    /// Records up to [`MAX_BATCH_REQUESTS`] postings on this client's ledger in one
+    /// `PostBatch` call (retried whole
     /// while its outcome is unknown): one result per posting, in order, each what `post` would
     /// have answered, so one bad posting (refused here or by the ledger) never fails the
     /// others. `Err` is the call's own failure.
@@ -245,6 +342,7 @@ impl Client {
         postings: Vec<NewPosting>,
     ) -> Result<Vec<Result<Posted, Error>>, Error> {
         check_batch(postings.len())?;
+        let ledger = self.ledger_field()?;
         let mut results: Vec<Option<Result<Posted, Error>>> = Vec::with_capacity(postings.len());
         let mut wire = Vec::with_capacity(postings.len());
         for p in &postings {
@@ -262,7 +360,7 @@ impl Client {
         let mut sent = if wire.is_empty() {
             Vec::new()
         } else {
-            self.calls.post_batch(wire).await?
+            self.calls.post_batch(ledger, wire).await?
         }
         .into_iter();
         Ok(results
@@ -274,7 +372,7 @@ impl Client {
     /// Records the compensating posting of an earlier one (retried with the same key).
     pub async fn void(&self, v: NewVoid) -> Result<Posted, Error> {
         let req = pb::VoidRequest {
-            ledger: String::new(),
+            ledger: self.ledger_field()?,
             idempotency_key: v.idempotency_key,
             posting_id: v.posting_id,
             reason: v.reason,
@@ -296,7 +394,7 @@ impl Client {
             ));
         }
         let req = pb::CaptureRequest {
-            ledger: String::new(),
+            ledger: self.ledger_field()?,
             legs: self.wire_legs(&c.legs).await?,
             idempotency_key: c.idempotency_key,
             hold_posting_id: c.hold_posting_id,
@@ -324,7 +422,7 @@ impl Client {
             PostingBy::Key(key) => pb::get_posting_request::By::IdempotencyKey(key),
         });
         let req = pb::GetPostingRequest {
-            ledger: String::new(),
+            ledger: self.ledger_field()?,
             by,
             as_of: as_of.to_pb(),
         };
@@ -338,7 +436,7 @@ impl Client {
     /// An account's balance at a cut-off.
     pub async fn balance(&self, account: &str, as_of: AsOf) -> Result<Balance, Error> {
         let req = pb::GetBalanceRequest {
-            ledger: String::new(),
+            ledger: self.ledger_field()?,
             account: account.into(),
             as_of: as_of.to_pb(),
         };
@@ -352,11 +450,12 @@ impl Client {
     /// The whole trial balance at one cut-off (every page; later pages keep the first's
     /// cut-off, so the balances and totals agree).
     pub async fn trial_balance(&self, prefix: &str, as_of: AsOf) -> Result<TrialBalance, Error> {
+        let ledger = self.ledger_field()?;
         let mut balances = Vec::new();
         let mut page_token = String::new();
         loop {
             let req = pb::ListBalancesRequest {
-                ledger: String::new(),
+                ledger: ledger.clone(),
                 prefix: prefix.into(),
                 as_of: as_of.to_pb(),
                 page_size: PAGE_SIZE,
@@ -384,11 +483,12 @@ impl Client {
     /// balance after its posting. Ask at a [`Balance`]'s `as_of` to get the statement that
     /// closes at that balance.
     pub async fn entries(&self, account: &str, as_of: AsOf) -> Result<Vec<Entry>, Error> {
+        let ledger = self.ledger_field()?;
         let mut entries = Vec::new();
         let mut page_token = String::new();
         loop {
             let req = pb::ListEntriesRequest {
-                ledger: String::new(),
+                ledger: ledger.clone(),
                 account: account.into(),
                 as_of: as_of.to_pb(),
                 page_size: PAGE_SIZE,
@@ -458,4 +558,49 @@ fn check_batch_bytes(requests: &[pb::PostRequest]) -> Result<(), Error> {
         .with("limit", "MAX_BATCH_REQUEST_BYTES"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::SystemTime;
+
+    fn account(code: &str, scale: u32) -> Account {
+        Account {
+            ledger: String::new(),
+            code: code.into(),
+            currency: "EUR".into(),
+            scale,
+            normal_balance: NormalBalance::Debit,
+            allow_negative: false,
+            metadata: Metadata::new(),
+            created_at: SystemTime::UNIX_EPOCH,
+        }
+    }
+
+    #[test]
+    fn accounts_are_kept_by_ledger_and_code_so_one_code_in_two_ledgers_stays_apart() {
+        let mut kept = Accounts::default();
+        kept.keep("acme", &account("assets:bank", 2));
+        kept.keep("globex", &account("assets:bank", 0));
+        kept.keep("acme", &account("assets:bank", 2));
+        assert_eq!(kept.get("acme", "assets:bank").map(|a| a.scale), Some(2));
+        assert_eq!(kept.get("globex", "assets:bank").map(|a| a.scale), Some(0));
+        assert!(kept.get(DEFAULT_LEDGER, "assets:bank").is_none());
+        assert_eq!(kept.len, 2, "the same account kept twice counts once");
+    }
+
+    #[test]
+    fn the_accounts_kept_are_emptied_when_max_cached_accounts_are_kept_over_all_ledgers() {
+        let mut kept = Accounts::default();
+        for i in 0..MAX_CACHED_ACCOUNTS {
+            let ledger = if i % 2 == 0 { "a" } else { "b" };
+            kept.keep(ledger, &account(&format!("acct:{i}"), 2));
+        }
+        assert_eq!(kept.len, MAX_CACHED_ACCOUNTS);
+        kept.keep("c", &account("one:more", 2));
+        assert_eq!(kept.len, 1);
+        assert!(kept.get("a", "acct:0").is_none());
+        assert!(kept.get("c", "one:more").is_some());
+    }
 }

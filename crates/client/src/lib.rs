@@ -7,7 +7,13 @@
 //!   (a call whose outcome is unknown is sent again as it was, with the same idempotency key,
 //!   a bounded number of times, with exponential backoff and jitter), and optional
 //!   coalescing of concurrent [`Client::post`] calls into `PostBatch` calls
-//!   ([`ClientOptions::coalesce`]: at most N posts per call, no timer when idle);
+//!   ([`ClientOptions::coalesce`]: at most N posts per call, no timer when idle, one ledger
+//!   per call);
+//! - ledgers: every call names the client's ledger ([`ClientOptions::ledger`], by default
+//!   [`DEFAULT_LEDGER`]); [`Client::ledger`] is a cheap client on another ledger over the
+//!   same connection (accounts are kept by ledger and code); [`Client::create_ledger`],
+//!   [`Client::get_ledger`], [`Client::list_ledgers`] manage them, and a ledger code is
+//!   checked as the ledger checks it ([`validate_ledger_code`]) before anything is sent;
 //! - [`connect()`]: reaching a server by `host:port` or URL, with TLS, mutual TLS and a bearer
 //!   token ([`ConnectOptions`]);
 //! - [`Error`]: every failure by the contract's [`Reason`], saying whether a retry with the
@@ -75,9 +81,10 @@ pub use retry::{
 };
 pub use rust_decimal::Decimal;
 pub use types::{
-    Account, Applied, AsOf, Balance, CurrencyTotal, Direction, Entry, Hold, HoldStatus, Leg,
-    Metadata, NewAccount, NewCapture, NewPosting, NewVoid, NormalBalance, Posted, Posting,
-    PostingKind, TrialBalance,
+    validate_ledger_code, Account, Applied, AsOf, Balance, CreatedLedger, CurrencyTotal, Direction,
+    Entry, Hold, HoldStatus, Ledger, LedgerPage, Leg, Metadata, NewAccount, NewCapture, NewLedger,
+    NewPosting, NewVoid, NormalBalance, Posted, Posting, PostingKind, TrialBalance, DEFAULT_LEDGER,
+    MAX_LEDGER_CODE_CHARS,
 };
 
 /// The contract `ledger.v1`: messages and the gRPC client (server stubs with `server`).

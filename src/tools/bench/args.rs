@@ -1,5 +1,9 @@
 //! The options of `ledger bench`, and the ones that could not make a run, refused by name.
 
+/// Ledgers a run spreads its load over, at most (limit MAX_BENCH_LEDGERS): each is created
+/// and funded before the load, one account of each per --accounts.
+pub const MAX_BENCH_LEDGERS: usize = 1000;
+
 /// What the load consists of. Other scenarios add a value here and an arm in
 /// [`run`](super::run).
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -13,6 +17,16 @@ pub enum Scenario {
 pub struct BenchArgs {
     #[command(flatten)]
     pub client: crate::tools::ClientArgs,
+    /// The ledger of a run on one ledger (--ledgers 1): its accounts and postings go there.
+    #[command(flatten)]
+    pub ledger: crate::tools::LedgerArg,
+    /// Ledgers to spread the load over. 1: the ledger of --ledger (`default` without it),
+    /// used as it is. N > 1: the ledgers bench-1 … bench-N, created (CreateLedger, which
+    /// finds them on later runs; the role admin when the server authenticates), each with
+    /// the same accounts, funded; the callers (or, with --rate, the calls) are spread evenly
+    /// over them, and the summary gives each ledger's postings and rate besides the total.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub ledgers: usize,
     /// How long to send requests, in seconds.
     #[arg(long, default_value_t = 10.0)]
     pub duration: f64,
@@ -90,6 +104,7 @@ impl BenchArgs {
         if self.concurrency == 0 {
             return Err("--concurrency must be at least 1".into());
         }
+        self.check_ledgers()?;
         if matches!(self.rate, Some(r) if !(r > 0.0 && r.is_finite())) {
             return Err("--rate must be a positive number".into());
         }
@@ -104,6 +119,38 @@ impl BenchArgs {
             }
         }
         Ok(())
+    }
+
+    /// `--ledgers`: 1..=MAX_BENCH_LEDGERS, each with a caller at least (closed loop), and
+    /// `--ledger` only for a run on one ledger.
+    fn check_ledgers(&self) -> Result<(), String> {
+        if self.ledgers == 0 || self.ledgers > MAX_BENCH_LEDGERS {
+            return Err(format!(
+                "--ledgers must be 1..={MAX_BENCH_LEDGERS} (limit MAX_BENCH_LEDGERS), got {}",
+                self.ledgers
+            ));
+        }
+        if self.rate.is_none() && self.concurrency < self.ledgers {
+            return Err(format!(
+                "--concurrency {} is less than --ledgers {}: every ledger needs a caller",
+                self.concurrency, self.ledgers
+            ));
+        }
+        if let (Some(l), true) = (self.ledger.given(), self.ledgers > 1) {
+            return Err(format!(
+                "--ledger {l} (or LEDGER_LEDGER) names the one ledger of a run with --ledgers 1; --ledgers {} uses bench-1 … bench-{}",
+                self.ledgers, self.ledgers
+            ));
+        }
+        Ok(())
+    }
+
+    /// The ledgers of the run, in order: the one of `--ledger`, or `bench-1` … `bench-N`.
+    pub(super) fn ledger_codes(&self) -> Vec<String> {
+        if self.ledgers == 1 {
+            return vec![self.ledger.code()];
+        }
+        (1..=self.ledgers).map(|i| format!("bench-{i}")).collect()
     }
 
     /// Postings per call.

@@ -1,11 +1,13 @@
 //! The load: the postings each call carries (a fixed plan, pseudo-random choices), sent by
-//! callers in a closed loop or paced in an open one, holds closed as they are answered.
+//! callers in a closed loop or paced in an open one, holds closed as they are answered, spread
+//! evenly over the run's ledgers (a caller keeps to one ledger; open loop, call i goes to
+//! ledger i mod N), each call's postings of one ledger.
 
 use super::stats::{histogram, Stats};
 use hdrhistogram::Histogram;
 use ledger_client::{Client, Decimal, Error, NewCapture, NewPosting, NewVoid, Posted};
 use ledger_server::BoxError;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
@@ -106,6 +108,10 @@ pub(super) struct Shared {
     pub(super) hist: Mutex<Histogram<u64>>,
     /// Whether calls are `PostBatch` calls (`--batch`).
     pub(super) batch: bool,
+    /// The run's ledgers, and the new postings recorded in each (as `stats.postings` counts
+    /// them).
+    pub(super) ledgers: Vec<String>,
+    pub(super) ledger_postings: Vec<AtomicU64>,
 }
 
 /// What an answered call leaves to do.
@@ -118,8 +124,14 @@ struct Answered {
 }
 
 impl Shared {
-    /// Sends one call's postings and counts their answers.
-    async fn send(&self, client: &Client, call: Vec<(NewPosting, bool)>) -> Answered {
+    /// Sends one call's postings on ledger `ledger` (`client` is on it) and counts their
+    /// answers.
+    async fn send(
+        &self,
+        client: &Client,
+        ledger: usize,
+        call: Vec<(NewPosting, bool)>,
+    ) -> Answered {
         let answers: Vec<Result<Posted, Error>> = if self.batch {
             let postings = call.iter().map(|(p, _)| p.clone()).collect();
             match client.post_batch(postings).await {
@@ -135,6 +147,7 @@ impl Shared {
             if !self.stats.record(dup, posting.hold.is_some(), answer) {
                 continue;
             }
+            self.ledger_postings[ledger].fetch_add(1, Ordering::Relaxed);
             if let (Some(_), Ok(posted)) = (posting.hold, answer) {
                 let key = posting.idempotency_key.clone();
                 answered
@@ -149,7 +162,12 @@ impl Shared {
     /// Closes holds, concurrently: every other close (over the whole run) captures its hold
     /// whole, the rest release theirs, each under a key derived from the hold's. Returns each
     /// call's latency in µs.
-    async fn close_holds(&self, client: &Client, holds: Vec<(String, String)>) -> Vec<u64> {
+    async fn close_holds(
+        &self,
+        client: &Client,
+        ledger: usize,
+        holds: Vec<(String, String)>,
+    ) -> Vec<u64> {
         let closes = holds.into_iter().map(|(key, hold)| async move {
             let capture = self
                 .stats
@@ -171,7 +189,9 @@ impl Shared {
                 client.void(release).await
             };
             let micros = t0.elapsed().as_micros().max(1) as u64;
-            self.stats.record_close(capture, &answer);
+            if self.stats.record_close(capture, &answer) {
+                self.ledger_postings[ledger].fetch_add(1, Ordering::Relaxed);
+            }
             micros
         });
         futures_util::future::join_all(closes).await
@@ -190,16 +210,19 @@ fn remember(recent: &mut Vec<NewPosting>, kept: Vec<NewPosting>, rng: &mut Rng) 
     }
 }
 
-/// Closed loop: each caller sends its next call when the last one was answered.
+/// Closed loop: each caller sends its next call when the last one was answered. Caller `w`
+/// works on ledger `w` mod N (`views`: each ledger's clients, one per connection).
 pub(super) async fn closed_loop(
     shared: &Arc<Shared>,
-    clients: &[Client],
+    views: &[Vec<Client>],
     callers: usize,
     until: Instant,
 ) {
     let mut workers = Vec::new();
     for w in 0..callers {
-        let client = clients[w % clients.len()].clone();
+        let ledger = w % views.len();
+        let clients = &views[ledger];
+        let client = clients[(w / views.len()) % clients.len()].clone();
         let shared = shared.clone();
         workers.push(tokio::spawn(async move {
             let mut rng = Rng::new(w as u64 + 1);
@@ -209,9 +232,9 @@ pub(super) async fn closed_loop(
             while Instant::now() < until {
                 let call = shared.plan.call(&mut rng, &recent, w, &mut n);
                 let t0 = Instant::now();
-                let answered = shared.send(&client, call).await;
+                let answered = shared.send(&client, ledger, call).await;
                 local.saturating_record(t0.elapsed().as_micros().max(1) as u64);
-                for micros in shared.close_holds(&client, answered.holds).await {
+                for micros in shared.close_holds(&client, ledger, answered.holds).await {
                     local.saturating_record(micros);
                 }
                 remember(&mut recent, answered.kept, &mut rng);
@@ -252,33 +275,38 @@ fn pacer(
     (thread, due_times)
 }
 
-/// Open loop: call i is due at start + i × per_call / rate, whatever happened before it.
+/// Open loop: call i is due at start + i × per_call / rate, whatever happened before it, on
+/// ledger i mod N (`views`: each ledger's clients, one per connection).
 pub(super) async fn open_loop(
     shared: &Arc<Shared>,
-    clients: &[Client],
+    views: &[Vec<Client>],
     (rate, in_flight): (f64, usize),
     (started, until): (Instant, Instant),
 ) -> Result<(), BoxError> {
     let sem = Arc::new(Semaphore::new(in_flight));
-    let recent = Arc::new(Mutex::new(Vec::<NewPosting>::new()));
+    // Per ledger, its recent postings (a duplicate is re-sent to its own ledger).
+    let recent: Vec<Arc<Mutex<Vec<NewPosting>>>> = views.iter().map(|_| Arc::default()).collect();
     let mut rng = Rng::new(7);
     let mut tasks = tokio::task::JoinSet::new();
     let (thread, mut due_times) = pacer(started, until, rate / shared.plan.per_call as f64);
     let mut n = 0u64;
     let mut i = 0usize;
     while let Some(due) = due_times.recv().await {
+        let ledger = i % views.len();
+        let recent = recent[ledger].clone();
         let call = shared
             .plan
             .call(&mut rng, &recent.lock().unwrap(), 0, &mut n);
+        let clients = &views[ledger];
+        let client = clients[(i / views.len()) % clients.len()].clone();
         i += 1;
         let permit = sem.clone().acquire_owned().await?;
-        let client = clients[i % clients.len()].clone();
-        let (shared, recent) = (shared.clone(), recent.clone());
+        let shared = shared.clone();
         let seed = rng.next();
         tasks.spawn(async move {
-            let answered = shared.send(&client, call).await;
+            let answered = shared.send(&client, ledger, call).await;
             let micros = due.elapsed().as_micros().max(1) as u64;
-            let closes = shared.close_holds(&client, answered.holds).await;
+            let closes = shared.close_holds(&client, ledger, answered.holds).await;
             drop(permit);
             let mut hist = shared.hist.lock().unwrap();
             hist.saturating_record(micros);

@@ -1,8 +1,9 @@
-//! Before the load: the run's accounts created (or found) and each asset account funded.
+//! Before the load: the run's accounts created (or found) in each of its ledgers and each
+//! asset account funded.
 
 use super::args::BenchArgs;
 use super::load::{eur, Plan};
-use ledger_client::{Client, Error, NewAccount, NewPosting, NormalBalance};
+use ledger_client::{Client, Error, NewAccount, NewPosting, NormalBalance, MAX_CACHED_ACCOUNTS};
 use ledger_server::BoxError;
 use std::sync::Arc;
 use std::time::Instant;
@@ -45,9 +46,47 @@ where
     Ok(())
 }
 
-/// Creates (or reuses) the accounts and funds each asset account; returns the plan and the
-/// number of funding postings made.
-pub(super) async fn setup(args: &BenchArgs, clients: &[Client]) -> Result<(Plan, u64), BoxError> {
+/// What funds a ledger's asset accounts: the run, the funding account, the asset accounts.
+struct Funds<'a> {
+    run_id: &'a str,
+    funding: &'a str,
+    accounts: &'a [String],
+}
+
+/// Creates (or finds) the accounts of one ledger (`clients`: its clients) and funds each
+/// asset account, under keys of the run.
+async fn prepare_ledger(
+    clients: &[Client],
+    creates: &[NewAccount],
+    f: Funds<'_>,
+) -> Result<(), BoxError> {
+    let ledger = clients[0].ledger_code();
+    // The clients share the accounts they read: the answers to these are all they need.
+    in_parallel(clients, creates.len(), |c, i| {
+        let a = creates[i].clone();
+        async move { c.create_account(a).await.map(drop) }
+    })
+    .await
+    .map_err(|e| format!("creating accounts in ledger {ledger}: {e}"))?;
+    in_parallel(clients, f.accounts.len(), |c, i| {
+        let fund = NewPosting::new(format!("{}-fund-{i}", f.run_id))
+            .debit(&f.accounts[i], eur(FUNDING_MINOR))
+            .credit(f.funding, eur(FUNDING_MINOR))
+            .memo("bench funding");
+        async move { c.post(fund).await.map(drop) }
+    })
+    .await
+    .map_err(|e| format!("funding accounts in ledger {ledger}: {e}"))?;
+    Ok(())
+}
+
+/// Creates (or reuses) the accounts in every ledger of the run (`views`: each ledger's
+/// clients) and funds each asset account; returns the plan and the number of funding
+/// postings made.
+pub(super) async fn setup(
+    args: &BenchArgs,
+    views: &[Vec<Client>],
+) -> Result<(Plan, u64), BoxError> {
     let run_id = run_id()?;
     let p = &args.prefix;
     let funding = format!("{p}:funding");
@@ -71,25 +110,22 @@ pub(super) async fn setup(args: &BenchArgs, clients: &[Client]) -> Result<(Plan,
             .map(|a| account(a, NormalBalance::Debit, false)),
     );
     let began = Instant::now();
-    // The clients share the accounts they read: the answers to these are all they need.
-    in_parallel(clients, creates.len(), |c, i| {
-        let a = creates[i].clone();
-        async move { c.create_account(a).await.map(drop) }
-    })
-    .await
-    .map_err(|e| format!("creating accounts: {e}"))?;
-    in_parallel(clients, accounts.len(), |c, i| {
-        let fund = NewPosting::new(format!("{run_id}-fund-{i}"))
-            .debit(&accounts[i], eur(FUNDING_MINOR))
-            .credit(&funding, eur(FUNDING_MINOR))
-            .memo("bench funding");
-        async move { c.post(fund).await.map(drop) }
-    })
-    .await
-    .map_err(|e| format!("funding accounts: {e}"))?;
+    let kept = views.len() * creates.len();
+    if kept > MAX_CACHED_ACCOUNTS {
+        eprintln!("bench: {kept} accounts over {} ledgers are more than the client keeps (MAX_CACHED_ACCOUNTS {MAX_CACHED_ACCOUNTS}): it will read some again during the load", views.len());
+    }
+    for clients in views {
+        let funds = Funds {
+            run_id: &run_id,
+            funding: &funding,
+            accounts: &accounts,
+        };
+        prepare_ledger(clients, &creates, funds).await?;
+    }
     eprintln!(
-        "bench: {} accounts ready and funded in {:.1} s (run {run_id})",
+        "bench: {} accounts ready and funded in {} ledger(s) in {:.1} s (run {run_id})",
         accounts.len(),
+        views.len(),
         began.elapsed().as_secs_f64()
     );
     let plan = Plan {
@@ -101,5 +137,5 @@ pub(super) async fn setup(args: &BenchArgs, clients: &[Client]) -> Result<(Plan,
         run_id,
         per_call: args.per_call(),
     };
-    Ok((plan, args.accounts as u64))
+    Ok((plan, (args.accounts * views.len()) as u64))
 }

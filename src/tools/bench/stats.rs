@@ -90,9 +90,9 @@ impl Stats {
         }
     }
 
-    /// Counts the answer to a hold's capture (`capture`) or release: a new posting, or a
-    /// failure (an error).
-    pub(super) fn record_close(&self, capture: bool, answer: &Result<Posted, Error>) {
+    /// Counts the answer to a hold's capture (`capture`) or release: a new posting (answers
+    /// true), or a failure (an error).
+    pub(super) fn record_close(&self, capture: bool, answer: &Result<Posted, Error>) -> bool {
         let (what, done, failed) = if capture {
             ("capture", &self.captures, &self.capture_failures)
         } else {
@@ -102,13 +102,14 @@ impl Stats {
             Ok(posted) if !posted.replayed => {
                 self.postings.fetch_add(1, Ordering::Relaxed);
                 done.fetch_add(1, Ordering::Relaxed);
-                return;
+                return true;
             }
             Ok(_) => format!("a new {what} key was answered as a replay"),
             Err(e) => format!("{what} of a hold: {e}"),
         };
         failed.fetch_add(1, Ordering::Relaxed);
         self.error(failure);
+        false
     }
 }
 

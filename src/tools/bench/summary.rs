@@ -48,7 +48,9 @@ pub(super) fn progress(
 /// The run's JSON summary. `postings` counts every new posting recorded (ordinary ones,
 /// holds, captures and releases alike; not replays, not the setup's) and `postings_per_sec` is
 /// it over `seconds`; `requests` counts calls answered (Post, PostBatch, Capture, Void), which
-/// the latencies are of. The holds' own fields: [`hold_fields`].
+/// the latencies are of. `ledgers` is how many the load was spread over and `per_ledger` each
+/// one's `ledger`, `postings` and `postings_per_sec` (they add up to the totals). The holds'
+/// own fields: [`hold_fields`].
 pub(super) fn summary(
     args: &BenchArgs,
     shared: &Shared,
@@ -91,11 +93,43 @@ pub(super) fn summary(
         "legs": args.legs,
         "duplicates": args.duplicates,
         "run": shared.plan.run_id,
+        "ledgers": shared.ledgers.len(),
+        "per_ledger": per_ledger(shared, seconds),
     });
     if let Some(fields) = summary.as_object_mut() {
         fields.extend(hold_fields(args, s));
     }
     summary
+}
+
+/// Each ledger's new postings and rate, in the run's order; also told on stderr.
+fn per_ledger(shared: &Shared, seconds: f64) -> Vec<serde_json::Value> {
+    let rates: Vec<(String, u64, f64)> = shared
+        .ledgers
+        .iter()
+        .zip(&shared.ledger_postings)
+        .map(|(l, n)| {
+            let n = n.load(Ordering::Relaxed);
+            (l.clone(), n, (n as f64 / seconds).round())
+        })
+        .collect();
+    let total: u64 = rates.iter().map(|(_, n, _)| n).sum();
+    let each: Vec<String> = rates
+        .iter()
+        .map(|(l, _, r)| format!("{l} {r} postings/s"))
+        .collect();
+    eprintln!(
+        "bench: {} ledger(s): {}; total {} postings/s",
+        rates.len(),
+        each.join(", "),
+        (total as f64 / seconds).round()
+    );
+    rates
+        .into_iter()
+        .map(|(ledger, postings, rate)| {
+            serde_json::json!({ "ledger": ledger, "postings": postings, "postings_per_sec": rate })
+        })
+        .collect()
 }
 
 /// The summary's fields about holds: `holds_fraction` (--holds); `holds` recorded,

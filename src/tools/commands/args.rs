@@ -2,19 +2,68 @@
 //! (`ACCOUNT:DIRECTION:AMOUNT`).
 
 use super::super::output::Format;
-use super::super::{parse_time, ClientArgs};
+use super::super::{parse_ledger_code, parse_time, ClientArgs, LedgerArg};
 use ledger_server::grpc::pb;
 use std::path::PathBuf;
 use time::OffsetDateTime;
 
-/// The options every command takes: where the server is, and how to print.
+/// The options every command on accounts and postings takes: where the server is, the
+/// ledger, and how to print.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Common {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    #[command(flatten)]
+    pub ledger: LedgerArg,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+/// The options of `ledger ledgers …`: where the server is, and how to print (each names its
+/// ledger itself).
+#[derive(clap::Args, Debug, Clone)]
+pub struct LedgersCommon {
     #[command(flatten)]
     pub client: ClientArgs,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
+}
+
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum LedgersCommand {
+    /// Creates a ledger (needs the role admin); the same attributes again answer
+    /// `created: false`, others are LEDGER_CONFLICT.
+    Create {
+        /// The ledger's code (1..64 characters of a-z 0-9 _ -).
+        #[arg(value_parser = parse_ledger_code)]
+        code: String,
+        /// What it is for (at most 1,024 bytes).
+        #[arg(long, default_value = "")]
+        description: String,
+        /// Metadata entries (repeatable).
+        #[arg(long = "meta", visible_alias = "metadata", value_name = "KEY=VALUE", value_parser = parse_meta)]
+        metadata: Vec<(String, String)>,
+        #[command(flatten)]
+        common: LedgersCommon,
+    },
+    /// Shows one ledger.
+    Get {
+        /// The ledger's code.
+        #[arg(value_parser = parse_ledger_code)]
+        code: String,
+        #[command(flatten)]
+        common: LedgersCommon,
+    },
+    /// Lists the ledgers you are granted, in code order (every page).
+    List {
+        /// Ledgers asked for per call (1..=1000); every page is listed.
+        #[arg(long, default_value_t = ledger_core::limits::MAX_PAGE_SIZE, value_parser = clap::value_parser!(u32).range(1..=i64::from(ledger_core::limits::MAX_PAGE_SIZE)))]
+        page_size: u32,
+        #[command(flatten)]
+        common: LedgersCommon,
+    },
 }
 
 /// A normal balance side on the command line.

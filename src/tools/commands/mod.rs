@@ -1,20 +1,23 @@
 //! The CLI's write and read commands, each a client of a running server:
 //! `ledger account create|get|list`, `ledger post` (and holds), `ledger capture`,
-//! `ledger void`, `ledger posting get`, `ledger balance`. `post`, `capture` and `void` need an
-//! idempotency key, as every caller of the ledger does: a retry with the same key never makes
-//! a second posting.
+//! `ledger void`, `ledger posting get`, `ledger balance`, each on the ledger of `--ledger`
+//! (env `LEDGER_LEDGER`, default `default`), and `ledger ledgers create|get|list`. `post`,
+//! `capture` and `void` need an idempotency key, as every caller of the ledger does: a retry
+//! with the same key never makes a second posting.
 //!
 //! `args.rs` has their arguments (clap), `post.rs` `ledger post` (one posting, or a file's
-//! list as one `PostBatch`); here are the others, and what every command shares: its failure,
-//! the key a write needs, the printing of an answer.
+//! list as one `PostBatch`), `ledgers.rs` `ledger ledgers`; here are the others, and what
+//! every command shares: its failure, the key a write needs, the printing of an answer.
 
 mod args;
+mod ledgers;
 mod post;
 
 pub use args::{
-    parse_leg, AccountCommand, BalanceArgs, CaptureArgs, Common, PostArgs, PostingCommand, Side,
-    VoidArgs,
+    parse_leg, AccountCommand, BalanceArgs, CaptureArgs, Common, LedgersCommand, LedgersCommon,
+    PostArgs, PostingCommand, Side, VoidArgs,
 };
+pub use ledgers::ledgers;
 pub use post::{post, post_plan, PostPlan};
 
 use super::output::{self, Format};
@@ -108,7 +111,7 @@ pub async fn account(cmd: AccountCommand) -> Result<(), ToolError> {
                 Side::Credit => pb::NormalBalance::Credit,
             } as i32;
             let req = pb::CreateAccountRequest {
-                ledger: String::new(),
+                ledger: common.ledger.code(),
                 code,
                 currency,
                 scale,
@@ -139,7 +142,7 @@ pub async fn account(cmd: AccountCommand) -> Result<(), ToolError> {
                 .connect()
                 .await?
                 .get_account(pb::GetAccountRequest {
-                    ledger: String::new(),
+                    ledger: common.ledger.code(),
                     code,
                 })
                 .await?
@@ -155,7 +158,7 @@ async fn list_accounts(prefix: &str, common: &Common) -> Result<(), ToolError> {
     let (mut all, mut token) = (Vec::new(), String::new());
     loop {
         let req = pb::ListAccountsRequest {
-            ledger: String::new(),
+            ledger: common.ledger.code(),
             prefix: prefix.to_owned(),
             page_size: ledger_core::limits::MAX_PAGE_SIZE,
             page_token: token,
@@ -194,6 +197,7 @@ async fn list_accounts(prefix: &str, common: &Common) -> Result<(), ToolError> {
 
 pub async fn void(a: VoidArgs) -> Result<(), Failure> {
     let key = required_key(&a.key, "void")?;
+    let ledger = a.common.ledger.code();
     let mut client = a.common.client.connect().await?;
     let posting_id = match (a.posting_id, a.posting_key) {
         (Some(id), None) => id,
@@ -201,7 +205,7 @@ pub async fn void(a: VoidArgs) -> Result<(), Failure> {
             let by = Some(pb::get_posting_request::By::IdempotencyKey(k));
             let p = client
                 .get_posting(pb::GetPostingRequest {
-                    ledger: String::new(),
+                    ledger: ledger.clone(),
                     by,
                     as_of: None,
                 })
@@ -214,7 +218,7 @@ pub async fn void(a: VoidArgs) -> Result<(), Failure> {
         }
     };
     let req = pb::VoidRequest {
-        ledger: String::new(),
+        ledger,
         idempotency_key: key,
         posting_id,
         reason: a.reason,
@@ -228,9 +232,10 @@ pub async fn void(a: VoidArgs) -> Result<(), Failure> {
     )?)
 }
 
-/// A posting's id: given, or found by the caller's idempotency key.
+/// A posting's id: given, or found by the caller's idempotency key on `ledger`.
 async fn posting_id(
     client: &mut super::RawClient,
+    ledger: &str,
     id: Option<String>,
     key: Option<String>,
     usage: &str,
@@ -241,7 +246,7 @@ async fn posting_id(
             let by = Some(pb::get_posting_request::By::IdempotencyKey(k));
             let p = client
                 .get_posting(pb::GetPostingRequest {
-                    ledger: String::new(),
+                    ledger: ledger.to_owned(),
                     by,
                     as_of: None,
                 })
@@ -255,11 +260,13 @@ async fn posting_id(
 pub async fn capture(a: CaptureArgs) -> Result<(), Failure> {
     let key = required_key(&a.key, "capture")?;
     let legs = a.legs;
+    let ledger = a.common.ledger.code();
     let mut client = a.common.client.connect().await?;
     let usage = "ledger capture takes --hold POSTING_ID or --hold-key KEY";
-    let hold_posting_id = posting_id(&mut client, a.hold_posting_id, a.hold_key, usage).await?;
+    let hold_posting_id =
+        posting_id(&mut client, &ledger, a.hold_posting_id, a.hold_key, usage).await?;
     let req = pb::CaptureRequest {
-        ledger: String::new(),
+        ledger,
         idempotency_key: key,
         hold_posting_id,
         legs,
@@ -297,7 +304,7 @@ pub async fn posting(cmd: PostingCommand) -> Result<(), ToolError> {
         .connect()
         .await?
         .get_posting(pb::GetPostingRequest {
-            ledger: String::new(),
+            ledger: common.ledger.code(),
             by: Some(by),
             as_of: cut_off(as_of, effective),
         })
@@ -314,7 +321,7 @@ pub async fn balance(a: BalanceArgs) -> Result<(), ToolError> {
         .connect()
         .await?
         .get_balance(pb::GetBalanceRequest {
-            ledger: String::new(),
+            ledger: a.common.ledger.code(),
             account: a.account,
             as_of,
         })

@@ -3,12 +3,13 @@
 
 use super::super::output::{self, Format};
 use super::super::post_file::{self, PostFile};
-use super::super::ToolError;
+use super::super::{parse_ledger_code, ToolError};
 use super::args::PostArgs;
 use super::{posted_json, print_posted, print_text, required_key, Failure, KEY_WHY};
 use ledger_server::grpc::convert::time_to_pb;
 use ledger_server::grpc::pb;
 use serde_json::{json, Value};
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 /// The key of a posting read from a file: `--key`, or the file's own `idempotencyKey` when
@@ -27,6 +28,33 @@ fn file_key(flag: &Option<String>, file: &str) -> Result<String, Failure> {
     }
 }
 
+/// The ledger of the postings of a file: `--ledger` (or `LEDGER_LEDGER`), or the one the file
+/// names (in its requests' `ledger`, or its PostBatchRequest's), `default` when neither
+/// names one. Refused: a file naming several ledgers (a PostBatch writes one), or one other
+/// than `--ledger`'s, or a code the ledger would refuse.
+fn file_ledger<'a>(
+    flag: Option<&str>,
+    named: impl IntoIterator<Item = &'a str>,
+) -> Result<String, Failure> {
+    let named: BTreeSet<&str> = named.into_iter().filter(|l| !l.is_empty()).collect();
+    let mut named = named.into_iter();
+    let (file, other) = (named.next(), named.next());
+    if let (Some(a), Some(b)) = (file, other) {
+        return Err(Failure::Usage(format!(
+            "the --file names the ledgers {a:?} and {b:?}: a PostBatch writes one ledger; name it in --ledger or in the file, once"
+        )));
+    }
+    match (flag, file) {
+        (Some(f), Some(file)) if f != file => Err(Failure::Usage(format!(
+            "--ledger {f:?} (or LEDGER_LEDGER) and the --file's ledger {file:?} differ: give one of them"
+        ))),
+        (Some(f), _) => Ok(f.to_owned()),
+        (None, Some(file)) => parse_ledger_code(file)
+            .map_err(|e| Failure::Usage(format!("the --file's ledger: {e}"))),
+        (None, None) => Ok(ledger_core::ledger::DEFAULT_LEDGER.to_owned()),
+    }
+}
+
 fn read_file(path: &PathBuf) -> Result<(String, String), Failure> {
     let (what, read) = if path.as_os_str() == "-" {
         (
@@ -40,11 +68,12 @@ fn read_file(path: &PathBuf) -> Result<(String, String), Failure> {
     Ok((what, text))
 }
 
-/// What `ledger post` sends: one posting, or a file's list of them as one `PostBatch`.
+/// What `ledger post` sends: one posting, or a file's list of them as one `PostBatch` (whose
+/// requests name its ledger too).
 #[derive(Debug, Clone, PartialEq)]
 pub enum PostPlan {
     One(pb::PostRequest),
-    Batch(Vec<pb::PostRequest>),
+    Batch(pb::PostBatchRequest),
 }
 
 /// The request(s) `ledger post` sends, or the mistake in its arguments.
@@ -52,6 +81,7 @@ pub fn post_plan(a: &PostArgs) -> Result<PostPlan, Failure> {
     let Some(path) = &a.file else {
         let key = required_key(&a.key, "post")?;
         let req = pb::PostRequest {
+            ledger: a.common.ledger.code(),
             idempotency_key: key,
             legs: a.legs.clone(),
             ..Default::default()
@@ -59,14 +89,24 @@ pub fn post_plan(a: &PostArgs) -> Result<PostPlan, Failure> {
         return Ok(PostPlan::One(with_flags(a, req)));
     };
     let (what, text) = read_file(path)?;
+    let flag = a.common.ledger.given();
     match post_file::parse(&what, &text).map_err(Failure::Usage)? {
         PostFile::One(mut req) => {
             req.idempotency_key = file_key(&a.key, &req.idempotency_key)?;
+            req.ledger = file_ledger(flag, [req.ledger.as_str()])?;
             Ok(PostPlan::One(with_flags(a, req)))
         }
-        PostFile::Batch(requests) => {
+        PostFile::Batch {
+            ledger,
+            mut requests,
+        } => {
             refuse_flags_for_one(a)?;
-            Ok(PostPlan::Batch(requests))
+            let named = requests.iter().map(|r| r.ledger.as_str());
+            let ledger = file_ledger(flag, named.chain([ledger.as_str()]))?;
+            for r in &mut requests {
+                r.ledger.clone_from(&ledger);
+            }
+            Ok(PostPlan::Batch(pb::PostBatchRequest { ledger, requests }))
         }
     }
 }
@@ -120,12 +160,8 @@ pub async fn post(a: PostArgs) -> Result<(), Failure> {
                 r.replayed,
             )?)
         }
-        PostPlan::Batch(requests) => {
-            let n = requests.len();
-            let batch = pb::PostBatchRequest {
-                ledger: String::new(),
-                requests,
-            };
+        PostPlan::Batch(batch) => {
+            let n = batch.requests.len();
             let r = client.post_batch(batch).await?.into_inner();
             post_batch_answer(a.common.format, n, &r.results)
         }
@@ -265,5 +301,26 @@ mod tests {
             "{e}"
         );
         assert!(matches!(key(None, ""), Err(Failure::Usage(_))));
+    }
+
+    #[test]
+    fn a_files_ledger_is_used_without_ledger_and_two_different_ledgers_are_refused() {
+        let usage = |r: Result<String, Failure>| match r {
+            Err(Failure::Usage(e)) => e,
+            other => panic!("a usage error, not {other:?}"),
+        };
+        assert_eq!(file_ledger(None, ["", ""]).unwrap(), "default");
+        assert_eq!(file_ledger(None, ["acme", "", "acme"]).unwrap(), "acme");
+        assert_eq!(file_ledger(Some("acme"), [""]).unwrap(), "acme");
+        assert_eq!(file_ledger(Some("acme"), ["acme"]).unwrap(), "acme");
+        let e = usage(file_ledger(Some("acme"), ["globex"]));
+        assert!(
+            e.contains("\"acme\"") && e.contains("\"globex\"") && e.contains("differ"),
+            "{e}"
+        );
+        let e = usage(file_ledger(None, ["acme", "globex"]));
+        assert!(e.contains("writes one ledger"), "{e}");
+        let e = usage(file_ledger(None, ["Not A Code"]));
+        assert!(e.contains("MAX_LEDGER_CODE_CHARS"), "{e}");
     }
 }

@@ -9,8 +9,14 @@ use crate::pb;
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
+mod ledger;
 mod reads;
 
+pub(crate) use ledger::ledger_or_default;
+pub use ledger::{
+    validate_ledger_code, CreatedLedger, Ledger, LedgerPage, NewLedger, DEFAULT_LEDGER,
+    MAX_LEDGER_CODE_CHARS,
+};
 pub use reads::{Applied, AsOf, Balance, CurrencyTotal, Entry, TrialBalance};
 
 /// Metadata entries (up to 32; keys 1..64 bytes, values ≤ 512 bytes).
@@ -143,6 +149,8 @@ impl NewAccount {
 /// An account as the ledger stores it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Account {
+    /// The ledger it belongs to (its code is unique within it).
+    pub ledger: String,
     pub code: String,
     pub currency: String,
     pub scale: u32,
@@ -157,6 +165,7 @@ impl Account {
         Ok(Account {
             normal_balance: NormalBalance::from_pb(a.normal_balance)?,
             created_at: time_from_pb("created_at", a.created_at)?,
+            ledger: ledger::answered_ledger(a.ledger),
             code: a.code,
             currency: a.currency,
             scale: a.scale,
@@ -270,8 +279,10 @@ impl NewPosting {
 /// A recorded journal entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Posting {
+    /// The ledger it belongs to; `sequence` counts within it.
+    pub ledger: String,
     pub posting_id: String,
-    /// 1, 2, 3 … in commit order, without gaps.
+    /// 1, 2, 3 … in commit order within its ledger, without gaps.
     pub sequence: u64,
     pub idempotency_key: String,
     /// Its legs, amounts with their account's scale.
@@ -395,6 +406,7 @@ impl Posting {
                 .collect::<Result<_, _>>()?,
             effective_at: time_from_pb("effective_at", p.effective_at)?,
             recorded_at: time_from_pb("recorded_at", p.recorded_at)?,
+            ledger: ledger::answered_ledger(p.ledger),
             posting_id: p.posting_id,
             sequence: p.sequence,
             idempotency_key: p.idempotency_key,
