@@ -389,7 +389,7 @@ async fn as_of_answers_in_one_ledger_stay_the_same_while_another_ledger_is_writt
         .await
         .unwrap();
     let cut = balance_in(&mut t.client, "quiet", "acct:0", None).await;
-    let as_of = cut.as_of.clone();
+    let as_of = cut.as_of;
     assert_eq!(cut.as_of_sequence, 1);
     for i in 0..20 {
         t.client
@@ -397,7 +397,7 @@ async fn as_of_answers_in_one_ledger_stay_the_same_while_another_ledger_is_writt
             .await
             .unwrap();
     }
-    let again = balance_in(&mut t.client, "quiet", "acct:0", as_of.clone()).await;
+    let again = balance_in(&mut t.client, "quiet", "acct:0", as_of).await;
     assert_eq!((again.balance.as_str(), again.as_of_sequence), ("7.00", 1));
     let now = balance_in(&mut t.client, "quiet", "acct:0", None).await;
     assert_eq!(

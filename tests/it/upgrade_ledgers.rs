@@ -230,7 +230,7 @@ async fn answers_of(t: &mut TestLedger, [middle, end]: [Option<pb::AsOf>; 2]) ->
         ));
     }
     for a in &accounts.accounts {
-        for as_of in [end.clone(), middle.clone()] {
+        for as_of in [end, middle] {
             let b = c
                 .get_balance(pb::GetBalanceRequest {
                     account: a.code.clone(),
@@ -282,7 +282,7 @@ async fn a_ledger_recorded_before_ledgers_migrates_into_default_with_the_same_ro
         }));
     }
     let cuts: [Option<pb::AsOf>; 2] = cuts.try_into().unwrap();
-    let answers = answers_of(&mut t, cuts.clone()).await;
+    let answers = answers_of(&mut t, cuts).await;
     let rows = rows_of(&db).await;
     t.server.take().unwrap().shutdown().await.unwrap();
 

@@ -82,18 +82,15 @@ impl ledger_server::Ledger for LedgerGrpc {
         let result = async {
             let book = self.book(&grants, &r.ledger).await?;
             let normal = normal_from_pb(r.normal_balance);
-            let (a, created) = self
-                .ledger
-                .create_account(
-                    &book,
-                    &r.code,
-                    &r.currency,
-                    r.scale,
-                    normal,
-                    r.allow_negative,
-                    metadata(r.metadata),
-                )
-                .await?;
+            let new = ledger_core::NewAccount::validate(
+                &r.code,
+                &r.currency,
+                r.scale,
+                normal,
+                r.allow_negative,
+                metadata(r.metadata),
+            )?;
+            let (a, created) = self.ledger.create_account(&book, new).await?;
             Ok(pb::CreateAccountResponse {
                 account: Some(account_to_pb(&a, &book.code)),
                 created,

@@ -10,8 +10,8 @@ pub mod replicas;
 
 use crate::storage::{self, accounts::Created, Pool, StorageError};
 use crate::writer::{BatchObserver, Writer, WriterTuning};
+use ledger_core::account::validate_code;
 use ledger_core::account::AccountCache;
-use ledger_core::account::{validate_code, Metadata};
 use ledger_core::amount::format_minor;
 use ledger_core::hold::CaptureRequest;
 use ledger_core::ledger::Ledger as Book;
@@ -19,7 +19,7 @@ use ledger_core::limits::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
 use ledger_core::posting::{parse_posting_id, validate_idempotency_key, PostRequest, VoidRequest};
 use ledger_core::record::{rfc3339, AppliedAsOf, AsOf, Balance, Decided, Posting};
 use ledger_core::write::Command;
-use ledger_core::{Account, LedgerError, NewAccount, NormalBalance, Reason};
+use ledger_core::{Account, LedgerError, NewAccount, Reason};
 use replicas::Cut;
 pub use replicas::Replicas;
 use std::collections::HashMap;
@@ -97,25 +97,12 @@ impl Ledger {
         self.pool.get().await.map_err(|e| unavailable(e.into()))
     }
 
-    /// Creates an account in `book`, or finds the identical one (`created = false`).
+    /// Creates an account (validated) in `book`, or finds the identical one (`created = false`).
     pub async fn create_account(
         &self,
         book: &Book,
-        code: &str,
-        currency: &str,
-        scale: u32,
-        normal_balance: Option<NormalBalance>,
-        allow_negative: bool,
-        metadata: Metadata,
+        new: NewAccount,
     ) -> Result<(Account, bool), LedgerError> {
-        let new = NewAccount::validate(
-            code,
-            currency,
-            scale,
-            normal_balance,
-            allow_negative,
-            metadata,
-        )?;
         let mut client = self.client().await?;
         match storage::accounts::create(&mut client, book.id, &new)
             .await
