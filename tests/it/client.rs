@@ -417,6 +417,20 @@ fn toml_line<'a>(toml: &'a str, section: &str, name: &str) -> Option<&'a str> {
         .find(|l| l.split('=').next().map(str::trim) == Some(name))
 }
 
+/// The target triple this test was built for (what `rustc -vV` calls the host).
+fn host_triple() -> String {
+    let out = std::process::Command::new("rustc")
+        .arg("-vV")
+        .output()
+        .expect("rustc runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let host = text
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .expect("rustc -vV names the host");
+    host.trim().to_owned()
+}
+
 #[test]
 fn the_client_docs_dependency_lines_name_the_crate_and_the_tokio_its_example_is_built_with() {
     let root = env!("CARGO_MANIFEST_DIR");
@@ -451,8 +465,14 @@ fn the_client_docs_dependency_lines_name_the_crate_and_the_tokio_its_example_is_
         format!("[package]\nname = \"app\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n{deps}\n");
     std::fs::write(dir.join("app/Cargo.toml"), manifest).unwrap();
     std::fs::write(dir.join("app/src/main.rs"), "fn main() {}\n").unwrap();
+    // Resolved against the workspace's lock: the versions this build fetched, not the newest
+    // the registry's index happens to know.
+    std::fs::copy(format!("{root}/Cargo.lock"), dir.join("app/Cargo.lock")).unwrap();
     let out = std::process::Command::new(env!("CARGO"))
         .args(["metadata", "--offline", "--format-version", "1"])
+        // Only this machine's packages: the others (wasm's bumpalo, say) are never fetched by
+        // a build here, so an offline resolve of every platform's fails on a fresh machine.
+        .args(["--filter-platform", &host_triple()])
         .current_dir(dir.join("app"))
         .output()
         .expect("cargo runs");
