@@ -272,32 +272,7 @@ async fn check_with(url: &str, args: &[&str]) -> (Option<i32>, String) {
 async fn ledger_check_checks_one_ledger_or_every_one_and_finds_a_leg_that_crosses_ledgers() {
     let mut t = TestLedger::start().await;
     for ledger in ["default", "acme"] {
-        if ledger != "default" {
-            t.client
-                .create_ledger(pb::CreateLedgerRequest {
-                    code: ledger.into(),
-                    ..Default::default()
-                })
-                .await
-                .unwrap();
-        }
-        for (code, normal, negative) in [
-            ("equity:world", pb::NormalBalance::Credit, true),
-            ("acct:0", pb::NormalBalance::Debit, false),
-        ] {
-            t.client
-                .create_account(pb::CreateAccountRequest {
-                    ledger: ledger.into(),
-                    code: code.into(),
-                    currency: "EUR".into(),
-                    scale: 2,
-                    normal_balance: normal as i32,
-                    allow_negative: negative,
-                    metadata: Default::default(),
-                })
-                .await
-                .unwrap();
-        }
+        books(&mut t.client, ledger).await;
         let post = pb::PostRequest {
             ledger: ledger.into(),
             ..transfer("k", "equity:world", "acct:0", "5.00")

@@ -38,6 +38,15 @@ fn json(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout).expect("JSON on stdout")
 }
 
+/// The `code` of each ledger in `ledger ledgers list --format json`'s answer.
+fn codes_of(listed: &Value) -> Vec<&str> {
+    let ledgers = listed["ledgers"].as_array().expect("a ledgers array");
+    ledgers
+        .iter()
+        .map(|l| l["code"].as_str().unwrap())
+        .collect()
+}
+
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
@@ -1101,12 +1110,7 @@ async fn the_cli_creates_gets_and_lists_ledgers_and_a_second_identical_create_fi
     json(&ledger(&create("globex", "Globex"), &s).await);
     let list = ["ledgers", "list", "--page-size", "1", "--format", "json"];
     let listed = json(&ledger(&list, &s).await);
-    let codes: Vec<&str> = listed["ledgers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l["code"].as_str().unwrap())
-        .collect();
+    let codes = codes_of(&listed);
     assert_eq!(
         codes,
         ["acme", "default", "globex"],
@@ -1251,11 +1255,6 @@ async fn bench_with_two_ledgers_creates_them_spreads_its_load_and_reports_each_o
         );
     }
     let listed = json(&ledger(&["ledgers", "list", "--format", "json"], &s).await);
-    let codes: Vec<&str> = listed["ledgers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l["code"].as_str().unwrap())
-        .collect();
+    let codes = codes_of(&listed);
     assert_eq!(codes, ["bench-1", "bench-2", "default"]);
 }

@@ -9,46 +9,6 @@ use tonic::Code;
 
 type Client = LedgerClient<Channel>;
 
-async fn create_ledger(c: &mut Client, code: &str) -> pb::CreateLedgerResponse {
-    c.create_ledger(pb::CreateLedgerRequest {
-        code: code.into(),
-        description: format!("the books of {code}"),
-        metadata: Default::default(),
-    })
-    .await
-    .expect("ledger created")
-    .into_inner()
-}
-
-async fn account_in(
-    c: &mut Client,
-    ledger: &str,
-    code: &str,
-    normal: pb::NormalBalance,
-    negative: bool,
-) {
-    c.create_account(pb::CreateAccountRequest {
-        ledger: ledger.into(),
-        code: code.into(),
-        currency: "EUR".into(),
-        scale: 2,
-        normal_balance: normal as i32,
-        allow_negative: negative,
-        metadata: Default::default(),
-    })
-    .await
-    .expect("account created");
-}
-
-/// A ledger with `equity:world` and `acct:0`, the accounts the tests post between.
-async fn books(c: &mut Client, ledger: &str) {
-    if ledger != "default" {
-        create_ledger(c, ledger).await;
-    }
-    account_in(c, ledger, "equity:world", pb::NormalBalance::Credit, true).await;
-    account_in(c, ledger, "acct:0", pb::NormalBalance::Debit, false).await;
-}
-
 fn post_in(ledger: &str, key: &str, amount: &str) -> pb::PostRequest {
     pb::PostRequest {
         ledger: ledger.into(),
@@ -146,25 +106,7 @@ async fn ledgers_are_listed_in_code_order_a_page_at_a_time() {
     for code in ["zeta", "alpha", "mid"] {
         create_ledger(&mut t.client, code).await;
     }
-    let mut seen = Vec::new();
-    let mut token = String::new();
-    loop {
-        let page = t
-            .client
-            .list_ledgers(pb::ListLedgersRequest {
-                page_size: 2,
-                page_token: token,
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        assert!(page.ledgers.len() <= 2);
-        seen.extend(page.ledgers.into_iter().map(|l| l.code));
-        if page.next_page_token.is_empty() {
-            break;
-        }
-        token = page.next_page_token;
-    }
+    let seen = ledger_codes(&mut t.client, 2).await;
     assert_eq!(seen, ["alpha", "default", "mid", "zeta"]);
 }
 
@@ -600,24 +542,7 @@ async fn ten_thousand_ledgers_in_one_database_leave_a_write_to_one_of_them_on_it
         0,
         "a write reads its ledger's rows by key, never all ledgers'"
     );
-    let mut all = Vec::new();
-    let mut token = String::new();
-    loop {
-        let page = t
-            .client
-            .list_ledgers(pb::ListLedgersRequest {
-                page_size: 1000,
-                page_token: token,
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        all.extend(page.ledgers.into_iter().map(|l| l.code));
-        if page.next_page_token.is_empty() {
-            break;
-        }
-        token = page.next_page_token;
-    }
+    let all = ledger_codes(&mut t.client, 1000).await;
     assert_eq!(all.len(), 10_001, "every ledger listed once, default too");
 }
 

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod books;
 pub mod ha;
 pub mod nats;
 pub mod pg;
@@ -14,6 +15,8 @@ use ledger_server::grpc::pb::ledger_client::LedgerClient;
 use ledger_server::server::{self, RunningServer, ServerOptions};
 use tonic::transport::Channel;
 use tonic_types::StatusExt;
+
+pub use books::{account_in, books, create_ledger, ledger_codes};
 
 /// A server on its own fresh database, and a client to it.
 pub struct TestLedger {
