@@ -5,7 +5,7 @@
 use super::super::output::{self, Format};
 use super::super::ToolError;
 use super::args::{LedgersCommand, LedgersCommon};
-use super::{print, print_text};
+use super::{print, print_created, print_text};
 use ledger_server::grpc::pb;
 use serde_json::{json, Value};
 
@@ -29,15 +29,8 @@ pub async fn ledgers(cmd: LedgersCommand) -> Result<(), ToolError> {
                 .create_ledger(req)
                 .await?
                 .into_inner();
-            let ledger = r
-                .ledger
-                .as_ref()
-                .map(output::ledger_json)
-                .unwrap_or(Value::Null);
-            print(
-                common.format,
-                &json!({ "ledger": ledger, "created": r.created }),
-            )
+            let ledger = r.ledger.as_ref().map(output::ledger_json);
+            print_created(common.format, "ledger", ledger, r.created)
         }
         LedgersCommand::Get { code, common } => {
             let l = common

@@ -91,6 +91,19 @@ fn print(format: Format, v: &Value) -> Result<(), ToolError> {
     print_text(&text)
 }
 
+/// The answer of a create call: `{"<what>": <it, or null>, "created": <created>}`.
+fn print_created(
+    format: Format,
+    what: &str,
+    it: Option<Value>,
+    created: bool,
+) -> Result<(), ToolError> {
+    print(
+        format,
+        &json!({ what: it.unwrap_or(Value::Null), "created": created }),
+    )
+}
+
 fn print_text(text: &str) -> Result<(), ToolError> {
     super::output::print_out(text).map_err(|e| ToolError(format!("cannot write to stdout: {e}")))
 }
@@ -126,15 +139,8 @@ pub async fn account(cmd: AccountCommand) -> Result<(), ToolError> {
                 .create_account(req)
                 .await?
                 .into_inner();
-            let account = r
-                .account
-                .as_ref()
-                .map(output::account_json)
-                .unwrap_or(Value::Null);
-            print(
-                common.format,
-                &json!({ "account": account, "created": r.created }),
-            )
+            let account = r.account.as_ref().map(output::account_json);
+            print_created(common.format, "account", account, r.created)
         }
         AccountCommand::Get { code, common } => {
             let a = common
