@@ -326,6 +326,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn docs_configuration_lists_every_flag_and_variable_of_serve_and_relay() {
+        let docs = include_str!("../../docs/configuration.md");
+        let cmd = <Cli as clap::CommandFactory>::command();
+        let mut missing = Vec::new();
+        for name in ["serve", "relay"] {
+            let sub = cmd.find_subcommand(name).expect("a command");
+            for arg in sub.get_arguments() {
+                let Some(long) = arg.get_long() else { continue };
+                if long == "help" || arg.is_hide_set() {
+                    continue;
+                }
+                if !docs.contains(&format!("`--{long}`")) {
+                    missing.push(format!("{name} --{long}"));
+                }
+                if let Some(env) = arg.get_env() {
+                    if !docs.contains(&format!("`{}`", env.to_string_lossy())) {
+                        missing.push(format!("{name} {}", env.to_string_lossy()));
+                    }
+                }
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "not in docs/configuration.md: {missing:?}"
+        );
+    }
+
+    #[test]
     fn help_lists_every_command_under_exactly_one_heading() {
         let cmd = <Cli as clap::CommandFactory>::command();
         let mut listed: Vec<&str> = HELP_GROUPS

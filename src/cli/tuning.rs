@@ -13,7 +13,8 @@ use ledger_server::storage::{
 use ledger_server::transport::{self, TransportLimits};
 use ledger_server::tuning::{Tuning, DRAIN_TIMEOUT};
 use ledger_server::writer::{
-    WriterTuning, BATCH_TIMEOUT, MAX_BATCH, MAX_WRITE_QUEUE, WRITER_LANES,
+    WriterTuning, BATCH_TIMEOUT, LANE_IDLE_TIMEOUT, MAX_BATCH, MAX_WRITER_LANES, MAX_WRITE_QUEUE,
+    WRITER_LANES,
 };
 use std::time::Duration;
 
@@ -53,6 +54,13 @@ pub struct TuningArgs {
     /// Write batches in flight at once, each on its own connection (limit WRITER_LANES).
     #[arg(long, env = "LEDGER_WRITER_LANES", default_value_t = WRITER_LANES)]
     writer_lanes: usize,
+    /// Writer lanes in the process at once, over all ledgers, each holding a pooled
+    /// connection (limit MAX_WRITER_LANES).
+    #[arg(long, env = "LEDGER_MAX_WRITER_LANES", default_value_t = MAX_WRITER_LANES)]
+    max_writer_lanes: usize,
+    /// How long a writer lane with nothing to take lives (limit LANE_IDLE_TIMEOUT).
+    #[arg(long, env = "LEDGER_LANE_IDLE_TIMEOUT", default_value_t = Span(LANE_IDLE_TIMEOUT))]
+    lane_idle_timeout: Span,
     /// Requests per write batch, at most (limit MAX_BATCH).
     #[arg(long, env = "LEDGER_MAX_BATCH", default_value_t = MAX_BATCH)]
     max_batch: usize,
@@ -131,7 +139,8 @@ impl TuningArgs {
                 batch_max: self.max_batch,
                 queue_max: self.max_write_queue,
                 batch_timeout: self.batch_timeout.0,
-                ..WriterTuning::default()
+                max_lanes: self.max_writer_lanes,
+                lane_idle: self.lane_idle_timeout.0,
             },
             accounts_cached_max: self.max_cached_accounts,
             drain_timeout: self.drain_timeout.0,
@@ -188,6 +197,12 @@ mod tests {
             "3",
             "--max-batch",
             "64",
+            "--max-writer-lanes",
+            "8",
+            "--lane-idle-timeout",
+            "2m",
+            "--pool-size",
+            "20",
         ];
         let t = Args::try_parse_from(args).unwrap().tuning.tuning().unwrap();
         assert_eq!(t.transport.handshake_timeout, Duration::from_secs(2));
@@ -196,6 +211,20 @@ mod tests {
             Duration::from_millis(500)
         );
         assert_eq!((t.writer.lanes, t.writer.batch_max), (3, 64));
+        assert_eq!(t.writer.max_lanes, 8);
+        assert_eq!(t.writer.lane_idle, Duration::from_secs(120));
+        let bad = Args::try_parse_from(["x", "--max-writer-lanes", "1"]).unwrap();
+        assert!(bad
+            .tuning
+            .tuning()
+            .unwrap_err()
+            .contains("MAX_WRITER_LANES (1)"));
+        let bad = Args::try_parse_from(["x", "--max-writer-lanes", "16"]).unwrap();
+        let why = bad.tuning.tuning().unwrap_err();
+        assert!(
+            why.contains("--pool-size") && why.contains("MAX_WRITER_LANES (16)"),
+            "{why}"
+        );
         assert!(Args::try_parse_from(["x", "--idle-timeout", "soon"]).is_err());
         let bad = Args::try_parse_from(["x", "--max-pages-in-progress", "0"]).unwrap();
         assert!(bad
