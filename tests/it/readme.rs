@@ -128,16 +128,28 @@ async fn the_readmes_quickstart_runs_as_written() {
     // What the README says the commands answer.
     assert_eq!(
         values(&out, "replayed"),
-        ["false", "false", "true", "false"],
-        "the funding, the payment, its replay, the void:\n{out}"
+        ["false", "false", "true", "false", "false"],
+        "the funding, the payment, its replay, the void; acme's funding:\n{out}"
     );
-    assert_eq!(values(&out, "created"), ["true", "true"]);
+    assert_eq!(
+        values(&out, "created"),
+        ["true", "true", "true", "false", "true", "true"],
+        "two accounts; the ledger acme, found again; its two accounts:\n{out}"
+    );
     let voided_by = values(&out, "voidedByPostingId");
     assert!(
         voided_by.len() == 1 && !voided_by[0].is_empty(),
         "the payment shows its void: {voided_by:?}"
     );
-    assert_eq!(values(&out, "balance"), ["100.00"], "the wallet's balance");
+    assert_eq!(
+        values(&out, "balance"),
+        ["100.00", "100.00"],
+        "the wallet's balance; acme's bank"
+    );
+    assert!(
+        out.contains("Trial balance in ledger acme"),
+        "acme's trial balance is printed:\n{out}"
+    );
     assert!(
         out.contains("Statement of liabilities:wallet:alice-"),
         "the statement is printed:\n{out}"
