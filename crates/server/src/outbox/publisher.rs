@@ -3,9 +3,8 @@
 
 use super::broker::{publish_batch, BatchOutcome, Broker, Failure};
 use super::{
-    event_payload, subject, Backoff, Failpoint, PublisherOptions, BACKLOG_LOG_INTERVAL,
-    BACKLOG_LOG_LEDGERS, POLL_INTERVAL, PRUNE_BATCH, PRUNE_INTERVAL_MAX, PUBLISH_BATCH,
-    STANDBY_RETRY,
+    event_payload, idle_pause, subject, Backoff, Failpoint, PublisherOptions, BACKLOG_LOG_INTERVAL,
+    BACKLOG_LOG_LEDGERS, PRUNE_BATCH, PRUNE_INTERVAL_MAX, PUBLISH_BATCH, STANDBY_RETRY,
 };
 use crate::storage::outbox::LedgerProgress;
 use crate::storage::{self, outbox as store, read};
@@ -304,12 +303,14 @@ impl<'a> Active<'a> {
         shutdown: &watch::Receiver<bool>,
     ) -> Result<Option<Duration>, BoxError> {
         let now = Instant::now();
-        let due: Vec<LedgerProgress> = in_turn(store::ledgers_pending(client).await?, self.cursor)
+        let pending = store::ledgers_pending(client).await?;
+        let look = now.elapsed();
+        let due: Vec<LedgerProgress> = in_turn(pending, self.cursor)
             .into_iter()
             .filter(|l| self.halted.get(&l.ledger).is_none_or(|h| h.until <= now))
             .collect();
         if due.is_empty() {
-            return Ok(Some(POLL_INTERVAL));
+            return Ok(Some(idle_pause(look)));
         }
         self.learn_codes(client, &due).await?;
         for l in due {
