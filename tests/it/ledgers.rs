@@ -554,15 +554,7 @@ async fn ledger_table_scans(db: &tokio_postgres::Client) -> i64 {
 async fn ten_thousand_ledgers_in_one_database_leave_a_write_to_one_of_them_on_its_own_rows() {
     let mut t = TestLedger::start().await;
     let db = t.db().await;
-    db.batch_execute(
-        "WITH l AS (INSERT INTO ledgers (code, description, metadata)
-                    SELECT 'many-' || g, 'the books of many-' || g, '{}' FROM generate_series(1, 10000) g RETURNING ledger_id),
-              s AS (INSERT INTO ledger_state SELECT ledger_id, ledger_id::bigint << 40, 'epoch' FROM l RETURNING 1)
-         INSERT INTO outbox_progress SELECT ledger_id, ledger_id::bigint << 40, now() FROM l;
-         ANALYZE ledgers, ledger_state, outbox_progress;",
-    )
-    .await
-    .unwrap();
+    ten_thousand_ledgers_by_sql(&db).await;
     books(&mut t.client, "many-5000").await;
     let before = ledger_table_scans(&db).await;
     for i in 0..50 {

@@ -484,15 +484,7 @@ async fn an_idle_relay_beside_ten_thousand_ledgers_looks_for_events_seldom_and_s
     let nats = NatsServer::start().await;
     let mut t = TestLedger::start().await;
     let db = t.db().await;
-    db.batch_execute(
-        "WITH l AS (INSERT INTO ledgers (code, description, metadata)
-                    SELECT 'many-' || g, '', '{}' FROM generate_series(1, 10000) g RETURNING ledger_id),
-              s AS (INSERT INTO ledger_state SELECT ledger_id, ledger_id::bigint << 40, 'epoch' FROM l RETURNING 1)
-         INSERT INTO outbox_progress SELECT ledger_id, ledger_id::bigint << 40, now() FROM l;
-         ANALYZE ledgers, ledger_state, outbox_progress;",
-    )
-    .await
-    .unwrap();
+    ten_thousand_ledgers_by_sql(&db).await;
     accounts_in(&mut t, "default").await;
     let relay = Relay::start(&t.database_url, &nats.url(), &[], None);
     relay

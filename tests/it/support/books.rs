@@ -67,3 +67,17 @@ pub async fn ledger_codes(c: &mut Client, page_size: u32) -> Vec<String> {
         token = page.next_page_token;
     }
 }
+
+/// Ledgers `many-1` … `many-10000`, made with SQL as `CreateLedger` makes them (the ledger,
+/// its state and its outbox progress, nothing posted), and the statistics brought up to date.
+pub async fn ten_thousand_ledgers_by_sql(db: &tokio_postgres::Client) {
+    db.batch_execute(
+        "WITH l AS (INSERT INTO ledgers (code, description, metadata)
+                    SELECT 'many-' || g, 'the books of many-' || g, '{}' FROM generate_series(1, 10000) g RETURNING ledger_id),
+              s AS (INSERT INTO ledger_state SELECT ledger_id, ledger_id::bigint << 40, 'epoch' FROM l RETURNING 1)
+         INSERT INTO outbox_progress SELECT ledger_id, ledger_id::bigint << 40, now() FROM l;
+         ANALYZE ledgers, ledger_state, outbox_progress;",
+    )
+    .await
+    .expect("10,000 ledgers");
+}

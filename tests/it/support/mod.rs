@@ -16,7 +16,7 @@ use ledger_server::server::{self, RunningServer, ServerOptions};
 use tonic::transport::Channel;
 use tonic_types::StatusExt;
 
-pub use books::{account_in, books, create_ledger, ledger_codes};
+pub use books::{account_in, books, create_ledger, ledger_codes, ten_thousand_ledgers_by_sql};
 
 /// A server on its own fresh database, and a client to it.
 pub struct TestLedger {
