@@ -539,15 +539,7 @@ async fn a_request_naming_a_ledger_that_does_not_exist_is_ledger_not_found_and_w
 
 /// Full scans of the tables that hold a row per ledger, so far (statistics flushed).
 async fn ledger_table_scans(db: &tokio_postgres::Client) -> i64 {
-    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
-    db.query_one(
-        "SELECT coalesce(sum(seq_scan), 0)::bigint FROM pg_stat_user_tables
-         WHERE relname IN ('ledgers', 'ledger_state', 'outbox_progress')",
-        &[],
-    )
-    .await
-    .unwrap()
-    .get(0)
+    seq_scans(db, &["ledgers", "ledger_state", "outbox_progress"]).await
 }
 
 #[tokio::test]

@@ -81,3 +81,16 @@ pub async fn ten_thousand_ledgers_by_sql(db: &tokio_postgres::Client) {
     .await
     .expect("10,000 ledgers");
 }
+
+/// Sequential scans of `tables` so far, read after the statistics' flush (a backend reports
+/// its counts at most a second late).
+pub async fn seq_scans(db: &tokio_postgres::Client, tables: &[&str]) -> i64 {
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    db.query_one(
+        "SELECT coalesce(sum(seq_scan), 0)::bigint FROM pg_stat_user_tables WHERE relname = ANY($1)",
+        &[&tables],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}

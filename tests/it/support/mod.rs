@@ -16,7 +16,9 @@ use ledger_server::server::{self, RunningServer, ServerOptions};
 use tonic::transport::Channel;
 use tonic_types::StatusExt;
 
-pub use books::{account_in, books, create_ledger, ledger_codes, ten_thousand_ledgers_by_sql};
+pub use books::{
+    account_in, books, create_ledger, ledger_codes, seq_scans, ten_thousand_ledgers_by_sql,
+};
 
 /// A server on its own fresh database, and a client to it.
 pub struct TestLedger {
@@ -245,22 +247,7 @@ pub fn assert_error(s: &tonic::Status, code: tonic::Code, want: &str) {
 /// Creates `equity:world` (credit-normal, may go negative) and `acct:0` (debit-normal, may
 /// not), EUR at scale 2: the two accounts most tests post between.
 pub async fn world_and_one_account(c: &mut LedgerClient<Channel>) {
-    for (code, normal, neg) in [
-        ("equity:world", pb::NormalBalance::Credit, true),
-        ("acct:0", pb::NormalBalance::Debit, false),
-    ] {
-        c.create_account(pb::CreateAccountRequest {
-            ledger: String::new(),
-            code: code.into(),
-            currency: "EUR".into(),
-            scale: 2,
-            normal_balance: normal as i32,
-            allow_negative: neg,
-            metadata: Default::default(),
-        })
-        .await
-        .unwrap();
-    }
+    books(c, "default").await;
 }
 
 /// A free TCP port on loopback (bound then released).
