@@ -129,6 +129,7 @@ fn posts(accounts: &HashMap<String, Account>, n: usize) -> Vec<WriteRequest> {
                 metadata: Metadata::new(),
                 hold: false,
                 hold_expires_at: None,
+                conditions: Vec::new(),
             };
             let valid = req.validate(accounts).expect("the bench's posts are valid");
             WriteRequest {

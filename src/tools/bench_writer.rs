@@ -172,6 +172,7 @@ fn request(
         metadata: Default::default(),
         hold: false,
         hold_expires_at: None,
+        conditions: Vec::new(),
     };
     let valid = req
         .validate(accounts)

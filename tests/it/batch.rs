@@ -493,6 +493,7 @@ fn post_command(
         metadata: Default::default(),
         hold: false,
         hold_expires_at: None,
+        conditions: Vec::new(),
     };
     ledger_core::write::Command::Post(req.validate(accounts).expect("valid"))
 }

@@ -230,6 +230,7 @@ async fn mixed_batch(
             metadata: Default::default(),
             hold: false,
             hold_expires_at: None,
+            conditions: Vec::new(),
         };
         out.push(WriteRequest {
             caller: "anonymous".into(),

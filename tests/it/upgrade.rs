@@ -104,6 +104,7 @@ async fn postings_recorded_before_0008_are_numbered_by_their_own_keys_and_still_
         metadata: Metadata::new(),
         hold: false,
         hold_expires_at: None,
+        conditions: Vec::new(),
     };
     // The accounts as the service reads them (that schema has no ledgers: all are default's).
     let accounts: HashMap<String, ledger_core::Account> = db

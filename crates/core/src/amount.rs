@@ -153,6 +153,15 @@ pub fn parse_minor(text: &str, scale: u8) -> Result<i128, AmountError> {
     Ok(minor)
 }
 
+/// Parses a decimal that may carry a minus sign (a floor, a ceiling, a condition's amount)
+/// into minor units at `scale`, exactly.
+pub fn parse_signed(text: &str, scale: u8) -> Result<i128, AmountError> {
+    match text.strip_prefix('-') {
+        Some(digits) => parse_minor(digits, scale).map(|m| -m),
+        None => parse_minor(text, scale),
+    }
+}
+
 /// Parses a signed decimal with exactly the digits storage wrote (a `numeric` read as text).
 /// Anything that is not an exact decimal at `scale` is an error: a row written behind the
 /// ledger's back, which the reader reports as a corrupt journal row.

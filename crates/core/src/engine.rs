@@ -17,7 +17,9 @@ use super::amount::format_minor;
 use super::error::{LedgerError, Reason};
 use super::limits::MAX_TOTAL_MINOR;
 use super::posting::Leg;
+use super::terms::{AccountStatus, DebitLimit, Terms};
 use std::collections::HashMap;
+use time::{Duration, OffsetDateTime};
 
 /// An account's running totals.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -96,11 +98,57 @@ pub enum Effect {
     Release(Vec<Leg>),
 }
 
-/// An account as a batch finds it: its attributes (the rules it obeys) and its totals.
+/// An account as a batch finds it: its attributes, the version of its terms in force (the
+/// rules it obeys), its totals, and what its debit limits need.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AccountState {
     pub account: Account,
     pub totals: Totals,
+    pub terms: Terms,
+    /// The last stored sequence that touched it (moved or held on it); its ledger's base
+    /// when none.
+    pub last_sequence: i64,
+    /// One per distinct window of its debit limits.
+    pub windows: Vec<DebitWindow>,
+}
+
+impl AccountState {
+    /// An account with version 1 of its terms and nothing recorded on it beyond `totals`.
+    pub fn new(account: Account, totals: Totals) -> AccountState {
+        let terms = Terms::initial(account.allow_negative);
+        AccountState {
+            account,
+            totals,
+            terms,
+            last_sequence: 0,
+            windows: Vec::new(),
+        }
+    }
+}
+
+/// What a debit limit over a window of `window_seconds` needs of an account's journal for a
+/// batch: its total debits recorded at or before a cut-off no later than the batch's first
+/// time less the window, and its debit legs recorded after that cut-off but at or before the
+/// batch's last possible time less the window (in recorded order). The debits of the window
+/// (t − window, t] of any time t of the batch are then its debits now less these.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DebitWindow {
+    pub window_seconds: u32,
+    pub debits_before: i128,
+    pub edge: Vec<(OffsetDateTime, i128)>,
+}
+
+impl DebitWindow {
+    /// The debits recorded at or before `cut` (within what the window was loaded for).
+    fn debits_until(&self, cut: OffsetDateTime) -> i128 {
+        self.debits_before
+            + self
+                .edge
+                .iter()
+                .take_while(|(at, _)| *at <= cut)
+                .map(|(_, m)| m)
+                .sum::<i128>()
+    }
 }
 
 impl AccountState {
@@ -115,8 +163,8 @@ impl AccountState {
             "negative totals"
         } else if sums.iter().any(|v| *v > MAX_TOTAL_MINOR) {
             "totals past MAX_TOTAL_MINOR"
-        } else if !a.allow_negative && t.balance(a.normal_balance) < 0 {
-            "a balance below zero, which the account forbids"
+        } else if matches!(self.terms.floor, Some(f) if t.balance(a.normal_balance) < f) {
+            "a balance below the floor of its terms"
         } else {
             return Ok(());
         };
@@ -136,6 +184,11 @@ fn corrupt_account(code: &str, detail: &str) -> LedgerError {
 pub struct Engine {
     totals: HashMap<i64, Totals>,
     accounts: HashMap<i64, Account>,
+    /// The version of each account's terms in force (updated as the batch records versions).
+    terms: HashMap<i64, Terms>,
+    windows: HashMap<i64, Vec<DebitWindow>>,
+    /// The time the posting being applied is recorded at (debit limits' windows end there).
+    at: OffsetDateTime,
     /// Per account, the (debit, credit) legs of its lapsed holds: in the held totals, not
     /// held for the funds rule.
     lapsed: HashMap<i64, (i128, i128)>,
@@ -144,15 +197,42 @@ pub struct Engine {
 impl Engine {
     /// An engine over accounts whose states passed [`AccountState::check`].
     pub fn new(states: impl IntoIterator<Item = (i64, AccountState)>) -> Engine {
-        let (totals, accounts) = states
-            .into_iter()
-            .map(|(id, s)| ((id, s.totals), (id, s.account)))
-            .unzip();
-        Engine {
-            totals,
-            accounts,
+        let mut e = Engine {
+            totals: HashMap::new(),
+            accounts: HashMap::new(),
+            terms: HashMap::new(),
+            windows: HashMap::new(),
+            at: OffsetDateTime::UNIX_EPOCH,
             lapsed: HashMap::new(),
+        };
+        for (id, s) in states {
+            e.totals.insert(id, s.totals);
+            e.accounts.insert(id, s.account);
+            e.terms.insert(id, s.terms);
+            e.windows.insert(id, s.windows);
         }
+        e
+    }
+
+    /// The version of an account's terms in force, if the engine has the account.
+    pub fn terms(&self, account_id: i64) -> Option<&Terms> {
+        self.terms.get(&account_id)
+    }
+
+    /// A version recorded now: the postings applied after it obey it.
+    pub fn set_terms(&mut self, account_id: i64, terms: Terms) {
+        self.terms.insert(account_id, terms);
+    }
+
+    /// The time the next postings are recorded at.
+    pub fn at(&mut self, now: OffsetDateTime) {
+        self.at = now;
+    }
+
+    /// The available balance the funds rule sees (lapsed holds hold nothing), now.
+    pub fn available_now(&self, account_id: i64) -> Option<i128> {
+        let a = self.accounts.get(&account_id)?;
+        Some(self.available(a, self.totals.get(&account_id)?))
     }
 
     /// A hold's legs (on the batch's accounts) lapse (`sign` 1: its expiry time has passed)
@@ -176,6 +256,17 @@ impl Engine {
         }
         self.lapsed = next;
         Ok(())
+    }
+
+    /// The balance with the open holds that would raise it (the ceiling's measure); lapsed
+    /// holds raise nothing.
+    pub fn raised(&self, account: &Account, t: &Totals) -> i128 {
+        let (d, c) = self.lapsed.get(&account.id).copied().unwrap_or_default();
+        t.balance(account.normal_balance)
+            + match account.normal_balance {
+                NormalBalance::Debit => t.held_debits - d,
+                NormalBalance::Credit => t.held_credits - c,
+            }
     }
 
     /// The available balance the funds rule sees: lapsed holds hold nothing.
@@ -210,6 +301,9 @@ impl Engine {
     /// none).
     pub fn change(&mut self, effect: &Effect, legs: &[Leg]) -> Result<Vec<LegEffect>, LedgerError> {
         let mut next: HashMap<i64, Totals> = HashMap::new();
+        if matches!(effect, Effect::Move | Effect::Hold) {
+            self.check_status(legs)?;
+        }
         let (moves, funds) = match effect {
             Effect::Move => (legs, true),
             Effect::Hold => {
@@ -228,6 +322,8 @@ impl Engine {
         let effects = self.moved(&mut next, moves)?;
         if funds {
             self.check_funds(&next, legs)?;
+            self.check_ceilings(&next, legs)?;
+            self.check_limits(&next, legs)?;
         }
         self.totals.extend(next);
         Ok(effects)
@@ -332,20 +428,160 @@ impl Engine {
         for leg in legs {
             let a = self.account(leg.account_id)?;
             let after = self.available(a, &self.current(next, leg.account_id)?);
-            if !a.allow_negative && after < 0 {
+            let floor = self.terms_of(leg.account_id)?.floor;
+            if let Some(floor) = floor.filter(|f| after < *f) {
                 let before = self.current(&HashMap::new(), leg.account_id)?;
                 let before_available = self.available(a, &before);
                 let balance = before.balance(a.normal_balance);
-                return Err(insufficient(a, balance, before_available, after));
+                return Err(insufficient(a, floor, (balance, before_available), after));
             }
         }
         Ok(())
     }
 }
 
-/// The refusal of a posting that would take `rule`'s account's available balance below zero
-/// (`balance` and `before_available` before it).
-fn insufficient(rule: &Account, balance: i128, before_available: i128, after: i128) -> LedgerError {
+/// The rules of an account's terms.
+impl Engine {
+    fn terms_of(&self, id: i64) -> Result<&Terms, LedgerError> {
+        self.terms.get(&id).ok_or_else(|| {
+            corrupt_account(
+                &format!("#{id}"),
+                "a leg names it, but the batch did not load it",
+            )
+        })
+    }
+
+    /// Frozen and closed accounts take no new postings or holds (in leg order).
+    fn check_status(&self, legs: &[Leg]) -> Result<(), LedgerError> {
+        for leg in legs {
+            let (reason, what) = match self.terms_of(leg.account_id)?.status {
+                AccountStatus::Open => continue,
+                AccountStatus::Frozen => (Reason::AccountFrozen, "frozen: it takes no new postings or holds until it is opened again (captures and releases of earlier holds go through)"),
+                AccountStatus::Closed => (Reason::AccountClosed, "closed, which is final"),
+            };
+            return Err(LedgerError::new(
+                reason,
+                format!("account {} is {what}", leg.account_code),
+            )
+            .with("account", &leg.account_code));
+        }
+        Ok(())
+    }
+
+    /// No posting takes an account's balance, with the open holds that would raise it, above
+    /// its ceiling (a posting that lowers it is not refused).
+    fn check_ceilings(&self, next: &HashMap<i64, Totals>, legs: &[Leg]) -> Result<(), LedgerError> {
+        for leg in legs {
+            let Some(ceiling) = self.terms_of(leg.account_id)?.ceiling else {
+                continue;
+            };
+            let a = self.account(leg.account_id)?;
+            let after = self.raised(a, &self.current(next, leg.account_id)?);
+            let before = self.raised(a, &self.current(&HashMap::new(), leg.account_id)?);
+            if after > ceiling && after > before {
+                return Err(ceiling_exceeded(a, ceiling, before, after));
+            }
+        }
+        Ok(())
+    }
+
+    /// No posting debits an account past a debit limit: the debits recorded in the window
+    /// ending now, with the debit legs of its open holds, stay within the limit.
+    fn check_limits(&self, next: &HashMap<i64, Totals>, legs: &[Leg]) -> Result<(), LedgerError> {
+        for leg in legs.iter().filter(|l| l.direction == Direction::Debit) {
+            let terms = self.terms_of(leg.account_id)?;
+            for (i, limit) in terms.debit_limits.iter().enumerate() {
+                let before = self.debit_use(leg.account_id, limit, &HashMap::new())?;
+                let after = self.debit_use(leg.account_id, limit, next)?;
+                if after > limit.amount && after > before {
+                    let a = self.account(leg.account_id)?;
+                    return Err(limit_exceeded(a, i, limit, before, after - before));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What counts against `limit` now: the account's debits recorded in the window ending
+    /// now and the debit legs of its open holds (lapsed ones hold nothing).
+    fn debit_use(
+        &self,
+        id: i64,
+        limit: &DebitLimit,
+        next: &HashMap<i64, Totals>,
+    ) -> Result<i128, LedgerError> {
+        let t = self.current(next, id)?;
+        let window = self
+            .windows
+            .get(&id)
+            .and_then(|w| w.iter().find(|w| w.window_seconds == limit.window_seconds));
+        let Some(window) = window else {
+            let detail = format!(
+                "a debit limit over {} s whose window the batch did not load",
+                limit.window_seconds
+            );
+            return Err(corrupt_account(&self.account(id)?.code, &detail));
+        };
+        let cut = self.at - Duration::seconds(i64::from(limit.window_seconds));
+        let (lapsed_d, _) = self.lapsed.get(&id).copied().unwrap_or_default();
+        Ok(t.debits - window.debits_until(cut) + t.held_debits - lapsed_d)
+    }
+}
+
+/// The refusal of a posting that would take `a`'s balance (with the holds that would raise
+/// it) from `before` to `after`, above its ceiling.
+pub fn ceiling_exceeded(a: &Account, ceiling: i128, before: i128, after: i128) -> LedgerError {
+    LedgerError::new(
+        Reason::BalanceCeilingExceeded,
+        format!(
+            "account {} has a balance ceiling of {c} {cur}; its balance with the open holds that would raise it is {} {cur}, and this would make it {} {cur}",
+            a.code,
+            format_minor(before, a.scale),
+            format_minor(after, a.scale),
+            c = format_minor(ceiling, a.scale),
+            cur = a.currency,
+        ),
+    )
+    .with("account", &a.code)
+    .with("limit", "balance_ceiling")
+}
+
+/// The refusal of a posting that would debit `a` by `more` past its limit `i`, with `used`
+/// of it used.
+fn limit_exceeded(
+    a: &Account,
+    i: usize,
+    limit: &DebitLimit,
+    used: i128,
+    more: i128,
+) -> LedgerError {
+    let left = (limit.amount - used).max(0);
+    LedgerError::new(
+        Reason::DebitLimitExceeded,
+        format!(
+            "account {} has a debit limit (debit_limits[{i}]) of {} {cur} per {} s; {} {cur} is left in the window ending now (debits recorded in it and open holds count), and this posting debits {} {cur}",
+            a.code,
+            format_minor(limit.amount, a.scale),
+            limit.window_seconds,
+            format_minor(left, a.scale),
+            format_minor(more, a.scale),
+            cur = a.currency,
+        ),
+    )
+    .with("account", &a.code)
+    .with("limit", format!("debit_limits[{i}]"))
+    .with("left", format_minor(left, a.scale))
+    .with("window_seconds", limit.window_seconds)
+}
+
+/// The refusal of a posting that would take `rule`'s account's available balance below its
+/// floor (`balance` and `before_available` before it).
+pub fn insufficient(
+    rule: &Account,
+    floor: i128,
+    (balance, before_available): (i128, i128),
+    after: i128,
+) -> LedgerError {
     let held = if before_available == balance {
         String::new()
     } else {
@@ -355,10 +591,19 @@ fn insufficient(rule: &Account, balance: i128, before_available: i128, after: i1
             rule.currency
         )
     };
+    let rule_text = if floor == 0 {
+        "does not allow negative balances".to_owned()
+    } else {
+        format!(
+            "has a balance floor of {} {}",
+            format_minor(floor, rule.scale),
+            rule.currency
+        )
+    };
     LedgerError::new(
         Reason::InsufficientFunds,
         format!(
-            "account {} has an available balance of {} {}{held} over all its legs, whatever their effective time (a future-dated leg counts at once, though GetBalance without as_of leaves it out until it is effective), and does not allow negative balances; this posting would make it {} {}",
+            "account {} has an available balance of {} {}{held} over all its legs, whatever their effective time (a future-dated leg counts at once, though GetBalance without as_of leaves it out until it is effective), and {rule_text}; this posting would make it {} {}",
             rule.code,
             format_minor(before_available, rule.scale),
             rule.currency,
@@ -408,7 +653,7 @@ mod tests {
             };
             let account = account(i, normal, i == 0 && allow_negative_first);
             let totals = Totals::default();
-            (i, AccountState { account, totals })
+            (i, AccountState::new(account, totals))
         }))
     }
 

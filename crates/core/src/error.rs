@@ -21,6 +21,8 @@ pub enum Class {
     PermissionDenied,
     DeadlineExceeded,
     DataLoss,
+    /// A conflict the caller resolves by reading again (`ACCOUNT_VERSION_MISMATCH`).
+    Aborted,
 }
 
 impl Reason {
@@ -51,7 +53,14 @@ impl Reason {
             | Reason::LedgerConflict
             | Reason::HoldNotPending
             | Reason::CaptureExceedsHold
-            | Reason::NotAHold => Class::FailedPrecondition,
+            | Reason::NotAHold
+            | Reason::AccountFrozen
+            | Reason::AccountClosed
+            | Reason::AccountNotEmpty
+            | Reason::BalanceCeilingExceeded
+            | Reason::DebitLimitExceeded
+            | Reason::ConditionFailed => Class::FailedPrecondition,
+            Reason::AccountVersionMismatch => Class::Aborted,
             Reason::StorageUnavailable => Class::Unavailable,
             Reason::Unauthenticated => Class::Unauthenticated,
             Reason::PermissionDenied | Reason::LedgerNotGranted => Class::PermissionDenied,
@@ -138,7 +147,14 @@ impl LedgerError {
             | Reason::AlreadyVoided
             | Reason::VoidOfVoid
             | Reason::LimitExceeded
-            | Reason::HoldNotPending => true,
+            | Reason::HoldNotPending
+            | Reason::AccountFrozen
+            | Reason::AccountClosed
+            | Reason::AccountNotEmpty
+            | Reason::BalanceCeilingExceeded
+            | Reason::DebitLimitExceeded
+            | Reason::ConditionFailed
+            | Reason::AccountVersionMismatch => true,
             Reason::IdempotencyKeyRequired
             | Reason::Unbalanced
             | Reason::InvalidAmount

@@ -13,6 +13,7 @@ pub mod page_token;
 pub mod posting;
 pub mod record;
 pub mod statement;
+pub mod terms;
 pub mod write;
 
 pub use account::{Account, Direction, Metadata, NewAccount, NormalBalance};

@@ -126,6 +126,13 @@ const _: () = assert!(
         <= MAX_PAGE_TOKEN_BYTES
 );
 
+/// Debit limits one account version carries.
+pub const MAX_DEBIT_LIMITS: usize = 4;
+/// The longest window of a debit limit: 366 days, in seconds.
+pub const MAX_LIMIT_WINDOW_SECONDS: u32 = 366 * 24 * 3600;
+/// Conditions one posting carries.
+pub const MAX_CONDITIONS: usize = 8;
+
 /// Characters of a ledger code.
 pub const MAX_LEDGER_CODE_CHARS: usize = 64;
 /// Bytes of a ledger's description.

@@ -4,7 +4,7 @@
 use super::account::{
     truncate_for_message, validate_code, validate_metadata, Account, Direction, Metadata,
 };
-use super::amount::{format_minor, Amount, AmountError};
+use super::amount::{format_minor, parse_signed, Amount, AmountError};
 use super::error::{LedgerError, Reason};
 use super::limits::*;
 use super::record::rfc3339;
@@ -34,6 +34,32 @@ pub struct PostRequest {
     pub hold: bool,
     /// A hold's expiry time (none: it stays open until captured or voided).
     pub hold_expires_at: Option<OffsetDateTime>,
+    /// Post only if these hold when it is decided.
+    pub conditions: Vec<ConditionRequest>,
+}
+
+/// A condition as the caller sent it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConditionRequest {
+    pub account: String,
+    /// `None`: neither check was sent.
+    pub check: Option<Check<String>>,
+}
+
+/// What a condition checks: the account's last posting (its sequence within the ledger; 0:
+/// none), or its available balance at least this (a decimal as sent, or minor units).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Check<A> {
+    LastSequence(u64),
+    AvailableAtLeast(A),
+}
+
+/// A condition resolved against its account.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Condition {
+    pub account_id: i64,
+    pub account_code: String,
+    pub check: Check<i128>,
 }
 
 /// A `Void` as the caller sent it.
@@ -81,6 +107,8 @@ pub struct ValidPost {
     pub metadata: Metadata,
     /// Set for a hold.
     pub hold: Option<HoldTerms>,
+    /// Checked when it is decided (empty: none).
+    pub conditions: Vec<Condition>,
     pub fingerprint: Fingerprint,
 }
 
@@ -226,7 +254,13 @@ impl PostRequest {
             )
             .with("field", "hold_expires_at"));
         }
-        leg_codes(&self.legs)
+        let mut codes = leg_codes(&self.legs)?;
+        for code in condition_codes(&self.conditions)? {
+            if !codes.contains(&code) {
+                codes.push(code);
+            }
+        }
+        Ok(codes)
     }
 
     /// Resolves legs against their accounts (looked up by the caller of this function),
@@ -239,8 +273,12 @@ impl PostRequest {
         let hold = self.hold.then_some(HoldTerms {
             expires_at: self.hold_expires_at,
         });
-        let fingerprint =
+        let conditions = resolve_conditions(&self.conditions, accounts)?;
+        let mut fingerprint =
             post_fingerprint(&legs, self.effective_at, &self.memo, &self.metadata, hold);
+        if !conditions.is_empty() {
+            fingerprint = with_conditions(&fingerprint, &conditions);
+        }
         Ok(ValidPost {
             idempotency_key: self.idempotency_key.clone(),
             legs,
@@ -248,6 +286,7 @@ impl PostRequest {
             memo: self.memo.clone(),
             metadata: self.metadata.clone(),
             hold,
+            conditions,
             fingerprint,
         })
     }
@@ -273,6 +312,105 @@ pub fn leg_codes(legs: &[LegRequest]) -> Result<Vec<String>, LedgerError> {
         }
     }
     Ok(codes)
+}
+
+/// The refusal of a decimal `text` sent in `field`.
+pub fn amount_error(field: &str, text: &str, e: &AmountError) -> LedgerError {
+    let reason = match e {
+        AmountError::TooManyDecimals { .. } => Reason::AmountScale,
+        _ => Reason::InvalidAmount,
+    };
+    LedgerError::new(
+        reason,
+        format!("{field} {:?} {e}", truncate_for_message(text)),
+    )
+    .with("field", field)
+}
+
+/// The conditions' codes are well formed and each names one check; the codes, in order.
+pub fn condition_codes(conditions: &[ConditionRequest]) -> Result<Vec<String>, LedgerError> {
+    if conditions.len() > MAX_CONDITIONS {
+        return Err(LedgerError::limit(
+            "condition count",
+            "MAX_CONDITIONS",
+            MAX_CONDITIONS,
+            conditions.len(),
+        )
+        .with("field", "conditions"));
+    }
+    let mut codes = Vec::with_capacity(conditions.len());
+    for (i, c) in conditions.iter().enumerate() {
+        validate_code(&c.account).map_err(|e| LedgerError {
+            message: format!("condition {i}: {}", e.message),
+            ..e.with("field", format!("conditions[{i}].account"))
+        })?;
+        if c.check.is_none() {
+            return Err(LedgerError::new(
+                Reason::InvalidField,
+                format!("condition {i}: send last_sequence or available_at_least"),
+            )
+            .with("field", format!("conditions[{i}]")));
+        }
+        codes.push(c.account.clone());
+    }
+    Ok(codes)
+}
+
+/// Resolves conditions against their accounts (looked up by the caller), parsing each
+/// amount at its account's scale.
+pub fn resolve_conditions(
+    conditions: &[ConditionRequest],
+    accounts: &HashMap<String, Account>,
+) -> Result<Vec<Condition>, LedgerError> {
+    let mut out = Vec::with_capacity(conditions.len());
+    for (i, c) in conditions.iter().enumerate() {
+        let field = format!("conditions[{i}]");
+        let account = accounts.get(&c.account).ok_or_else(|| {
+            LedgerError::new(
+                Reason::AccountNotFound,
+                format!("condition {i}: account {:?} does not exist", c.account),
+            )
+            .with("account", &c.account)
+            .with("field", format!("{field}.account"))
+        })?;
+        let check = match c.check.as_ref().expect("checked by condition_codes") {
+            Check::LastSequence(n) => Check::LastSequence(*n),
+            Check::AvailableAtLeast(text) => {
+                Check::AvailableAtLeast(parse_signed(text, account.scale).map_err(|e| {
+                    amount_error(&format!("{field}.available_at_least"), text, &e)
+                        .with("account", &account.code)
+                })?)
+            }
+        };
+        out.push(Condition {
+            account_id: account.id,
+            account_code: account.code.clone(),
+            check,
+        });
+    }
+    Ok(out)
+}
+
+/// A posting's fingerprint with its conditions (only a posting with conditions has one of
+/// these, so postings without keep the fingerprints their keys were decided with).
+fn with_conditions(post: &Fingerprint, conditions: &[Condition]) -> Fingerprint {
+    let mut c = Canon::new("conditions/v1");
+    c.field(post);
+    c.field(&(conditions.len() as u64).to_be_bytes());
+    for cond in conditions {
+        c.field(cond.account_code.as_bytes());
+        match cond.check {
+            Check::LastSequence(n) => {
+                c.field(b"last_sequence");
+                c.field(&n.to_be_bytes());
+            }
+            Check::AvailableAtLeast(m) => {
+                c.field(b"available_at_least");
+                c.field(&m.to_be_bytes());
+            }
+        }
+    }
+    c.finish()
 }
 
 /// Resolves requested legs against their accounts (looked up by the caller), parsing each
@@ -417,15 +555,15 @@ pub fn parse_posting_id(id: &str) -> Result<Uuid, LedgerError> {
 }
 
 /// Length-prefixed canonical encoding, so no two different requests share bytes.
-struct Canon(Sha256);
+pub(crate) struct Canon(Sha256);
 
 impl Canon {
-    fn new(kind: &str) -> Canon {
+    pub(crate) fn new(kind: &str) -> Canon {
         let mut c = Canon(Sha256::new());
         c.field(kind.as_bytes());
         c
     }
-    fn field(&mut self, bytes: &[u8]) {
+    pub(crate) fn field(&mut self, bytes: &[u8]) {
         self.0.update((bytes.len() as u64).to_be_bytes());
         self.0.update(bytes);
     }
@@ -435,7 +573,7 @@ impl Canon {
             Some(t) => self.field(&t.unix_timestamp_nanos().to_be_bytes()),
         }
     }
-    fn finish(self) -> Fingerprint {
+    pub(crate) fn finish(self) -> Fingerprint {
         self.0.finalize().into()
     }
 }
@@ -553,6 +691,7 @@ mod tests {
             metadata: Metadata::new(),
             hold: false,
             hold_expires_at: None,
+            conditions: Vec::new(),
         }
     }
 

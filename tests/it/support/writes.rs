@@ -32,6 +32,7 @@ pub async fn valid_transfer(
         metadata: Metadata::new(),
         hold: false,
         hold_expires_at: None,
+        conditions: Vec::new(),
     };
     let codes = vec![from.to_owned(), to.to_owned()];
     let accounts: HashMap<_, _> = ledger_server::storage::accounts::get_many(db, 0, &codes)

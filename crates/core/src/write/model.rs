@@ -266,7 +266,7 @@ impl Store {
                 if damaged.foreign_account == Some(a.id as usize) {
                     account.ledger = self.ledger ^ 1;
                 }
-                (a.id, AccountState { account, totals })
+                (a.id, AccountState::new(account, totals))
             })
             .collect();
         let (last_sequence, last_recorded_at) = self
@@ -729,6 +729,7 @@ fn post(
         metadata: Metadata::new(),
         hold: hold.is_some(),
         hold_expires_at: hold.flatten().map(at),
+        conditions: Vec::new(),
     };
     let valid = req
         .validate(&accounts())

@@ -54,6 +54,7 @@ fn post(key: &str, from: &str, to: &str, cents: i128) -> WriteRequest {
         metadata: Metadata::new(),
         hold: false,
         hold_expires_at: None,
+        conditions: Vec::new(),
     };
     WriteRequest {
         caller: "c".into(),
@@ -121,13 +122,7 @@ fn snapshot(requests: &[WriteRequest], a_cents: i128, targets: &[Posting]) -> Sn
                     ..Totals::default()
                 }
             };
-            (
-                acc.id,
-                AccountState {
-                    account: acc.clone(),
-                    totals,
-                },
-            )
+            (acc.id, AccountState::new(acc.clone(), totals))
         })
         .collect();
     Snapshot {
@@ -355,6 +350,7 @@ fn a_posting_is_applied_whole_so_its_legs_on_one_account_net_before_the_rule() {
         metadata: Metadata::new(),
         hold: false,
         hold_expires_at: None,
+        conditions: Vec::new(),
     };
     let r = WriteRequest {
         caller: "c".into(),
@@ -453,6 +449,7 @@ fn hold(
         metadata: Metadata::new(),
         hold: true,
         hold_expires_at: expires,
+        conditions: Vec::new(),
     };
     r.command = Command::Post(req.validate(&accounts()).unwrap());
     r

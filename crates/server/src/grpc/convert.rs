@@ -123,6 +123,7 @@ pub fn post_from_pb(r: pb::PostRequest) -> Result<PostRequest, LedgerError> {
         metadata: metadata(r.metadata),
         hold: r.hold,
         hold_expires_at: opt_time("hold_expires_at", r.hold_expires_at.as_ref())?,
+        conditions: Vec::new(),
     })
 }
 

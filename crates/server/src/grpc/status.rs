@@ -20,6 +20,7 @@ pub fn code(class: Class) -> Code {
         Class::PermissionDenied => Code::PermissionDenied,
         Class::DeadlineExceeded => Code::DeadlineExceeded,
         Class::DataLoss => Code::DataLoss,
+        Class::Aborted => Code::Aborted,
     }
 }
 

@@ -123,6 +123,7 @@ mod tests {
             metadata: Default::default(),
             hold: false,
             hold_expires_at: None,
+            conditions: Vec::new(),
         }
     }
 
