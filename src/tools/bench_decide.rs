@@ -162,10 +162,7 @@ fn snapshot(accounts: &HashMap<String, Account>, requests: &[WriteRequest]) -> S
             .values()
             .filter(|a| touched.contains(&a.id))
             .map(|a| {
-                let state = AccountState {
-                    account: a.clone(),
-                    totals: Totals::default(),
-                };
+                let state = AccountState::new(a.clone(), Totals::default());
                 (a.id, state)
             })
             .collect(),

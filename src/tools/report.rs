@@ -478,6 +478,7 @@ mod tests {
             held_credits: eur(hc),
             available: eur(av),
             as_of: cut(),
+            last_sequence: 0,
         }
     }
 

@@ -90,6 +90,7 @@ async fn with_auth_on_each_call_is_judged_by_its_token_and_role() {
         effective_at: None,
     };
     let get = || pb::GetAccountRequest {
+        as_of: None,
         ledger: String::new(),
         code: "a".into(),
     };
@@ -291,6 +292,7 @@ async fn the_token_command_prints_a_token_and_a_line_that_authenticates_it() {
     let e = c
         .get_account(bearer(
             pb::GetAccountRequest {
+                as_of: None,
                 ledger: String::new(),
                 code: "x".into(),
             },
@@ -516,6 +518,7 @@ async fn a_caller_granted_acme_is_not_granted_globex_nor_a_ledger_that_does_not_
         let e = c.post(bearer(post, acme)).await.unwrap_err();
         assert_error(&e, Code::PermissionDenied, "LEDGER_NOT_GRANTED");
         let get = pb::GetAccountRequest {
+            as_of: None,
             ledger: code.into(),
             code: "a".into(),
         };
@@ -559,6 +562,7 @@ async fn a_caller_granted_every_ledger_learns_that_one_does_not_exist() {
         .unwrap_err();
     assert_error(&e, Code::NotFound, "LEDGER_NOT_FOUND");
     let get = pb::GetAccountRequest {
+        as_of: None,
         ledger: "nope".into(),
         code: "a".into(),
     };
@@ -725,6 +729,7 @@ async fn over_tls_a_client_that_trusts_the_ca_posts_and_a_plaintext_one_fails() 
     if let Ok(ch) = plain {
         let e = LedgerClient::new(ch)
             .get_account(pb::GetAccountRequest {
+                as_of: None,
                 ledger: String::new(),
                 code: "a".into(),
             })
@@ -772,6 +777,7 @@ async fn with_mutual_tls_the_client_certificate_names_the_caller_and_its_role() 
         .unwrap();
     reader
         .get_account(pb::GetAccountRequest {
+            as_of: None,
             ledger: String::new(),
             code: "a".into(),
         })
@@ -789,6 +795,7 @@ async fn with_mutual_tls_the_client_certificate_names_the_caller_and_its_role() 
         .unwrap();
     let e = stranger
         .get_account(pb::GetAccountRequest {
+            as_of: None,
             ledger: String::new(),
             code: "a".into(),
         })
@@ -801,6 +808,7 @@ async fn with_mutual_tls_the_client_certificate_names_the_caller_and_its_role() 
         Err(_) => true,
         Ok(mut c) => c
             .get_account(pb::GetAccountRequest {
+                as_of: None,
                 ledger: String::new(),
                 code: "a".into(),
             })
@@ -814,6 +822,7 @@ async fn with_mutual_tls_the_client_certificate_names_the_caller_and_its_role() 
         Err(_) => true,
         Ok(mut c) => c
             .get_account(pb::GetAccountRequest {
+                as_of: None,
                 ledger: String::new(),
                 code: "a".into(),
             })

@@ -38,6 +38,7 @@ async fn creating_an_identical_account_again_is_a_success_that_creates_nothing()
     let got = t
         .client
         .get_account(pb::GetAccountRequest {
+            as_of: None,
             ledger: String::new(),
             code: "liabilities:wallet:alice".into(),
         })
@@ -97,6 +98,7 @@ async fn invalid_accounts_are_refused_with_their_reason() {
     let err = t
         .client
         .get_account(pb::GetAccountRequest {
+            as_of: None,
             ledger: String::new(),
             code: "missing".into(),
         })

@@ -296,6 +296,7 @@ async fn sigkill_of_the_server_under_load_with_retrying_clients_loses_and_double
     let start = Instant::now();
     loop {
         if c.get_account(pb::GetAccountRequest {
+            as_of: None,
             ledger: String::new(),
             code: "x".into(),
         })

@@ -261,6 +261,7 @@ async fn every_rpc(t: &TestLedger, f: Fields) -> Vec<(&'static str, Result<(), t
         effective_at: f.at,
     });
     let post = pb::PostRequest {
+        conditions: Vec::new(),
         ledger: String::new(),
         idempotency_key: f.key.clone(),
         legs: f.legs.clone(),
@@ -325,6 +326,7 @@ async fn every_rpc(t: &TestLedger, f: Fields) -> Vec<(&'static str, Result<(), t
         (
             "GetAccount",
             c.get_account(pb::GetAccountRequest {
+                as_of: None,
                 ledger: String::new(),
                 code: f.code.clone(),
             })

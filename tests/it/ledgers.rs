@@ -198,6 +198,7 @@ async fn the_same_account_code_and_key_in_two_ledgers_make_two_accounts_and_two_
     let account = t
         .client
         .get_account(pb::GetAccountRequest {
+            as_of: None,
             ledger: "acme".into(),
             code: "acct:0".into(),
         })

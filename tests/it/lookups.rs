@@ -49,7 +49,7 @@ async fn a_page_of_postings_looks_up_each_ones_void_on_its_index_not_every_void_
             .iter()
             .enumerate()
             .map(|(i, o)| {
-                let p = &o.as_ref().unwrap().posting;
+                let p = o.as_ref().unwrap().posting().unwrap();
                 voided.push(p.sequence as i64);
                 void_of(&p.posting_id, &format!("v{round}-{i}"))
             })

@@ -330,6 +330,7 @@ async fn the_metrics_endpoint_shows_counts_that_move_with_requests() {
         let e = t
             .client
             .get_account(pb::GetAccountRequest {
+                as_of: None,
                 ledger: String::new(),
                 code: format!("missing:{i}"),
             })
@@ -471,6 +472,7 @@ async fn json_logs_have_one_line_per_request_with_the_caller_and_never_the_token
         let e = client
             .get_account(crate::access::bearer(
                 pb::GetAccountRequest {
+                    as_of: None,
                     ledger: String::new(),
                     code: format!("nope:{i}"),
                 },
@@ -483,6 +485,7 @@ async fn json_logs_have_one_line_per_request_with_the_caller_and_never_the_token
     let e = client
         .get_account(crate::access::bearer(
             pb::GetAccountRequest {
+                as_of: None,
                 ledger: String::new(),
                 code: "x".into(),
             },
@@ -578,6 +581,7 @@ async fn on_sigterm_a_request_in_flight_completes_new_ones_are_refused_and_the_p
     let refused = loop {
         let r = client
             .get_account(pb::GetAccountRequest {
+                as_of: None,
                 ledger: String::new(),
                 code: "acct:0".into(),
             })

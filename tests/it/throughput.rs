@@ -35,19 +35,19 @@ async fn a_batch_answers_its_accepted_rejected_and_duplicate_postings_each_on_th
 
     let accepted = out[0].as_ref().expect("first request accepted");
     assert!(!accepted.replayed);
-    assert_eq!(accepted.posting.sequence, 2);
+    assert_eq!(accepted.posting().unwrap().sequence, 2);
     let rejected = out[1].as_ref().expect_err("overdraft rejected");
     assert_eq!(rejected.reason, Reason::InsufficientFunds, "{rejected}");
     let duplicate = out[2].as_ref().expect("duplicate in the batch answered");
     assert!(duplicate.replayed);
     assert_eq!(
-        duplicate.posting, accepted.posting,
+        duplicate.posting(), accepted.posting(),
         "answered from the first"
     );
     let earlier = out[3].as_ref().expect("earlier key answered");
     assert!(earlier.replayed);
     assert_eq!(
-        earlier.posting.posting_id.to_string(),
+        earlier.posting().unwrap().posting_id.to_string(),
         funded.posting.unwrap().posting_id
     );
     let reused = out[4].as_ref().expect_err("same key, other request");
@@ -109,7 +109,7 @@ async fn two_batches_claiming_the_same_keys_in_opposite_orders_post_each_key_onc
         for k in 0..20 {
             let first = x[k].as_ref().expect("accepted or replayed");
             let second = y[19 - k].as_ref().expect("accepted or replayed");
-            assert_eq!(first.posting, second.posting, "one posting for key {k}");
+            assert_eq!(first.posting(), second.posting(), "one posting for key {k}");
             assert!(
                 first.replayed != second.replayed,
                 "exactly one of the two answers is the original"
@@ -206,7 +206,7 @@ async fn the_writer_does_not_scan_tables_that_grew_after_its_statements_were_pre
         let out = writer::apply_alone(&w, 0, &batch).await.unwrap();
         assert!(out[1].as_ref().unwrap().replayed);
         assert!(out.iter().all(|o| o.is_ok()), "{out:?}");
-        warm.push(out[0].as_ref().unwrap().posting.posting_id);
+        warm.push(out[0].as_ref().unwrap().posting().unwrap().posting_id);
     }
     // The tables grow behind its back (no ANALYZE, as between autovacuum runs): 50,000 keys,
     // postings and legs of another caller (numbered far beyond the ledger's own), and 2,000
@@ -263,7 +263,7 @@ async fn the_writer_does_not_scan_tables_that_grew_after_its_statements_were_pre
         let out = writer::apply_alone(&w, 0, &reqs).await.unwrap();
         assert!(out.iter().all(|o| o.is_ok()), "{out:?}");
         assert!(out[out.len() - 2].as_ref().unwrap().replayed);
-        target = out[0].as_ref().unwrap().posting.posting_id;
+        target = out[0].as_ref().unwrap().posting().unwrap().posting_id;
     }
     let after = rows_scanned(&w).await;
     let scanned: HashMap<&str, i64> = after

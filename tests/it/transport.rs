@@ -219,6 +219,7 @@ fn one_read_call(method: &str, posting_id: &str) -> Vec<u8> {
     let (account, prefix, token) = ("acct:0".to_string(), String::new(), String::new());
     match method {
         "GetAccount" => pb::GetAccountRequest {
+            as_of: None,
             ledger: String::new(),
             code: "acct:not-cached".into(),
         }
@@ -426,6 +427,7 @@ async fn a_malformed_grpc_timeout_is_refused_naming_the_header() {
     let t = TestLedger::start().await;
     let addr = t.server.as_ref().unwrap().local_addr;
     let req = pb::GetAccountRequest {
+        as_of: None,
         ledger: String::new(),
         code: "acct:0".into(),
     }
@@ -582,6 +584,7 @@ async fn one_connection_that_never_reads_its_responses_cannot_take_the_servers_m
     let attacker = raw_h2(server.addr, 0).await;
     // One small call first: the server's SETTINGS are in by its answer.
     let probe = pb::GetAccountRequest {
+        as_of: None,
         ledger: String::new(),
         code: "x".into(),
     }
@@ -616,6 +619,7 @@ async fn one_connection_that_never_reads_its_responses_cannot_take_the_servers_m
         .max_decoding_message_size(ledger_server::transport::MAX_RESPONSE_BYTES);
     let a = other
         .get_account(pb::GetAccountRequest {
+            as_of: None,
             ledger: String::new(),
             code: "big:0001".into(),
         })
@@ -729,6 +733,7 @@ async fn new_client_answer(addr: SocketAddr, wait: Duration) -> Result<Duration,
     let answer = async {
         let mut c = connect(addr).await;
         c.get_account(pb::GetAccountRequest {
+            as_of: None,
             ledger: String::new(),
             code: "acct:0".into(),
         })

@@ -190,6 +190,7 @@ async fn call_in_nul_ledger(c: &mut Client, rpc: &str) -> Result<(), tonic::Stat
             .await),
         "GetAccount" => ok(c
             .get_account(pb::GetAccountRequest {
+                as_of: None,
                 ledger: ledger(),
                 code: "acct:0".into(),
             })
@@ -326,6 +327,7 @@ async fn call(t: &TestLedger, field: &str) -> (Result<(), tonic::Status>, Code, 
         ),
         "GetAccount.code" => (
             ok(c.get_account(pb::GetAccountRequest {
+                as_of: None,
                 ledger: String::new(),
                 code: NUL.into(),
             })

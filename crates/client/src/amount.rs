@@ -183,7 +183,25 @@ fn parse(text: &str) -> Result<Amount, &'static str> {
 /// negative value or one of more than [`MAX_AMOUNT_DIGITS`] digits in minor units are refused
 /// with the reason the ledger would give (`AMOUNT_SCALE`, `INVALID_AMOUNT`).
 pub fn to_wire(amount: impl Into<Amount>, scale: u32, account: &str) -> Result<String, Error> {
-    let amount: Amount = amount.into();
+    at_scale(amount.into(), scale, account, true)
+}
+
+/// A signed amount as the ledger takes it (a balance floor or ceiling, a condition's
+/// `available_at_least`): zero or a decimal of either sign with exactly the account's `scale`
+/// decimals (`-500` at scale 2 is `"-500.00"`, an overdraft of 500). Refused as [`to_wire`]
+/// refuses, but for the sign: more decimals than the scale (`AMOUNT_SCALE`, never rounded) or
+/// more than [`MAX_AMOUNT_DIGITS`] digits in minor units (`INVALID_AMOUNT`).
+pub fn to_wire_signed(
+    amount: impl Into<Amount>,
+    scale: u32,
+    account: &str,
+) -> Result<String, Error> {
+    at_scale(amount.into(), scale, account, false)
+}
+
+/// `amount` written with exactly `scale` decimals, or the reason the ledger would refuse it
+/// for (`positive`: a leg's amount, greater than zero).
+fn at_scale(amount: Amount, scale: u32, account: &str, positive: bool) -> Result<String, Error> {
     if scale > MAX_SCALE {
         return Err(Error::refused(
             Reason::AmountScale,
@@ -191,7 +209,7 @@ pub fn to_wire(amount: impl Into<Amount>, scale: u32, account: &str) -> Result<S
         )
         .with("limit", "MAX_SCALE"));
     }
-    if amount.minor() <= 0 {
+    if positive && amount.minor() <= 0 {
         return Err(Error::refused(
             Reason::InvalidAmount,
             format!("amount {amount} on account {account:?} must be greater than zero"),
@@ -212,7 +230,7 @@ pub fn to_wire(amount: impl Into<Amount>, scale: u32, account: &str) -> Result<S
     let minor = 10i128
         .checked_pow(scale - exact.scale())
         .and_then(|f| exact.minor().checked_mul(f))
-        .filter(|m| *m < 10i128.pow(MAX_AMOUNT_DIGITS));
+        .filter(|m| m.unsigned_abs() < 10u128.pow(MAX_AMOUNT_DIGITS));
     let Some(minor) = minor else {
         return Err(Error::refused(
             Reason::InvalidAmount,
@@ -403,5 +421,61 @@ mod tests {
         let e = to_wire(thirty, 1, "a").unwrap_err();
         assert_eq!(e.metadata["limit"], "MAX_AMOUNT_DIGITS");
         assert_eq!(to_wire(Amount::new(12500, 3), 2, "a").unwrap(), "12.50");
+    }
+
+    #[test]
+    fn signed_amounts_read_back_and_are_written_exactly_at_the_accounts_scale() {
+        // A floor of "-500.00" (an overdraft of 500) round-trips exactly, text and value.
+        let floor = from_wire("balance_floor", "-500.00").unwrap();
+        assert_eq!((floor.minor(), floor.scale()), (-50000, 2));
+        assert_eq!(floor.exact(), "-500.00");
+        assert_eq!(to_wire_signed(floor, 2, "a").unwrap(), "-500.00");
+        assert_eq!(Amount::from_str("-500.00").unwrap(), floor);
+        assert_eq!(floor.decimal().unwrap(), d("-500.00"));
+        assert_eq!(Amount::from(d("-500")), floor, "by value");
+        for (amount, scale, wire) in [
+            (Amount::from(d("-500")), 2, "-500.00"),
+            (Amount::new(-5, 0), 2, "-5.00"),
+            (Amount::from(d("-0.05")), 2, "-0.05"),
+            (Amount::from(d("-1.50")), 1, "-1.5"),
+            (Amount::new(0, 0), 2, "0.00"),
+            (Amount::new(0, 5), 0, "0"),
+            (Amount::from(d("1000")), 0, "1000"),
+        ] {
+            let text = to_wire_signed(amount, scale, "a").unwrap();
+            assert_eq!(text, wire, "{amount:?} at {scale}");
+            assert_eq!(from_wire("x", &text).unwrap(), amount, "{text}");
+        }
+        // The most negative amount a leg's digits allow: 30 nines.
+        let low = Amount::new(-(10i128.pow(30) - 1), 0);
+        let text = to_wire_signed(low, 0, "a").unwrap();
+        assert_eq!(text, format!("-{}", "9".repeat(30)));
+        assert_eq!(from_wire("x", &text).unwrap(), low);
+    }
+
+    #[test]
+    fn signed_amounts_are_refused_for_scale_and_digits_but_not_for_their_sign() {
+        let e = to_wire_signed(d("-1.005"), 2, "wallet:a").unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Refused(Reason::AmountScale));
+        assert_eq!(e.metadata["account"], "wallet:a");
+        assert!(e.message.contains("never rounded"), "{e}");
+        // 31 digits in minor units, negative or not.
+        for minor in [10i128.pow(30), -(10i128.pow(30))] {
+            let e = to_wire_signed(Amount::new(minor, 0), 0, "a").unwrap_err();
+            assert_eq!(e.reason(), Some(Reason::InvalidAmount));
+            assert_eq!(e.metadata["limit"], "MAX_AMOUNT_DIGITS");
+        }
+        let e = to_wire_signed(Amount::new(-1, 0), 19, "a").unwrap_err();
+        assert_eq!(e.metadata["limit"], "MAX_SCALE");
+        assert!(!e.is_retry_safe());
+        // A leg's amount stays positive.
+        assert_eq!(
+            to_wire(d("-500"), 2, "a").unwrap_err().reason(),
+            Some(Reason::InvalidAmount)
+        );
+        assert_eq!(
+            to_wire(d("0"), 2, "a").unwrap_err().reason(),
+            Some(Reason::InvalidAmount)
+        );
     }
 }

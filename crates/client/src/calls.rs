@@ -126,3 +126,148 @@ pub(crate) fn framed_len(r: &pb::PostRequest) -> usize {
     let len = prost::Message::encoded_len(r);
     1 + prost::length_delimiter_len(len) + len
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::{Reason, ERROR_DOMAIN};
+    use std::sync::Mutex;
+    use std::time::Duration;
+    use tonic::Code;
+    use tonic_types::StatusExt;
+
+    type Answer = Result<pb::UpdateAccountResponse, tonic::Status>;
+
+    /// Calls retried at most `max_attempts` times, with pauses of a millisecond or two.
+    fn retrying(max_attempts: u32) -> Calls {
+        Calls {
+            raw: crate::connect::unconnected(),
+            retry: RetryPolicy {
+                max_attempts,
+                first_backoff: Duration::from_millis(1),
+                max_backoff: Duration::from_millis(2),
+                ..RetryPolicy::default()
+            },
+            counters: Counters::default(),
+        }
+    }
+
+    fn ledger(code: Code, reason: Reason) -> tonic::Status {
+        let info = tonic_types::ErrorDetails::with_error_info(
+            reason.as_str(),
+            ERROR_DOMAIN,
+            std::collections::HashMap::new(),
+        );
+        tonic::Status::with_error_details(code, reason.as_str(), info)
+    }
+
+    fn update() -> pb::UpdateAccountRequest {
+        pb::UpdateAccountRequest {
+            idempotency_key: "freeze/alice/1".into(),
+            code: "wallet:alice".into(),
+            expected_version: 3,
+            update_mask: Some(prost_types::FieldMask {
+                paths: vec!["status".into()],
+            }),
+            status: pb::AccountStatus::Frozen as i32,
+            reason: "fraud review".into(),
+            ..pb::UpdateAccountRequest::default()
+        }
+    }
+
+    /// An `UpdateAccount` sent under the retry policy, each attempt answered by the next of
+    /// `answers`: the requests sent (each with its deadline), and the call's outcome.
+    async fn scripted(
+        calls: &Calls,
+        answers: Vec<Answer>,
+    ) -> (
+        Vec<pb::UpdateAccountRequest>,
+        Result<pb::UpdateAccountResponse, Error>,
+    ) {
+        let answers = Mutex::new(answers.into_iter());
+        let sent = Mutex::new(Vec::new());
+        let outcome = calls
+            .call(
+                update(),
+                |_, r: tonic::Request<pb::UpdateAccountRequest>| {
+                    assert!(r.metadata().get("grpc-timeout").is_some(), "a deadline");
+                    sent.lock().unwrap().push(r.into_inner());
+                    let answer = answers
+                        .lock()
+                        .unwrap()
+                        .next()
+                        .expect("one answer per attempt");
+                    async move { answer.map(tonic::Response::new) }
+                },
+            )
+            .await;
+        (sent.into_inner().unwrap(), outcome)
+    }
+
+    #[tokio::test]
+    async fn an_update_whose_outcome_is_unknown_is_sent_again_as_it_was_until_answered() {
+        let calls = retrying(RetryPolicy::default().max_attempts);
+        let answered = pb::UpdateAccountResponse {
+            account: None,
+            replayed: true,
+        };
+        let answers = vec![
+            Err(tonic::Status::unavailable("connection reset")),
+            Err(ledger(Code::Unavailable, Reason::StorageUnavailable)),
+            Err(tonic::Status::deadline_exceeded("deadline")),
+            Err(ledger(Code::DeadlineExceeded, Reason::DeadlineExceeded)),
+            Ok(answered.clone()),
+        ];
+        let (sent, outcome) = scripted(&calls, answers).await;
+        assert_eq!(outcome.unwrap(), answered);
+        assert_eq!(sent.len(), 5);
+        assert!(
+            sent.iter().all(|r| *r == update()),
+            "the same request, key and all"
+        );
+        let c = &calls.counters;
+        assert_eq!(c.attempts.load(Ordering::Relaxed), 5);
+        assert_eq!(c.retries.load(Ordering::Relaxed), 4);
+    }
+
+    #[tokio::test]
+    async fn a_version_mismatch_and_every_other_answer_are_returned_at_once_never_retried() {
+        let answers = [
+            ledger(Code::Aborted, Reason::AccountVersionMismatch),
+            tonic::Status::aborted("aborted, by a proxy"),
+            ledger(Code::FailedPrecondition, Reason::AccountClosed),
+            ledger(Code::FailedPrecondition, Reason::AccountNotEmpty),
+            ledger(Code::FailedPrecondition, Reason::BalanceCeilingExceeded),
+            ledger(Code::InvalidArgument, Reason::InvalidField),
+        ];
+        for status in answers {
+            let calls = retrying(RetryPolicy::default().max_attempts);
+            let want = Error::from_status(&status);
+            let (sent, outcome) = scripted(&calls, vec![Err(status)]).await;
+            assert_eq!(sent.len(), 1, "{want}");
+            assert_eq!(outcome.unwrap_err(), want);
+            assert_eq!(calls.counters.retries.load(Ordering::Relaxed), 0);
+        }
+        let calls = retrying(RetryPolicy::default().max_attempts);
+        let mismatch = ledger(Code::Aborted, Reason::AccountVersionMismatch);
+        let (_, outcome) = scripted(&calls, vec![Err(mismatch)]).await;
+        let e = outcome.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Ledger(Reason::AccountVersionMismatch));
+    }
+
+    #[tokio::test]
+    async fn an_unknown_outcome_is_returned_once_the_attempts_are_spent() {
+        let calls = retrying(2);
+        let unavailable = || Err(ledger(Code::Unavailable, Reason::StorageUnavailable));
+        let (sent, outcome) = scripted(&calls, vec![unavailable(), unavailable()]).await;
+        assert_eq!(sent.len(), 2);
+        let e = outcome.unwrap_err();
+        assert_eq!(e.reason(), Some(Reason::StorageUnavailable));
+        assert!(
+            e.is_retry_safe(),
+            "the caller may send it again with the same key"
+        );
+        let (sent, _) = scripted(&retrying(1), vec![unavailable()]).await;
+        assert_eq!(sent.len(), 1, "RetryPolicy::never sends once");
+    }
+}

@@ -1,8 +1,10 @@
 //! [`Client`]: the typed calls, each sent under the [`RetryPolicy`] and naming the client's
-//! ledger, with the accounts it has read kept in memory by ledger and code (accounts never
-//! change) so that amounts convert at their scale. `ledgers.rs`: the calls about ledgers
-//! themselves (create, get, list).
+//! ledger, with the scales of the accounts it has read kept in memory by ledger and code (an
+//! account's scale never changes, only its terms do) so that amounts convert at their scale.
+//! `accounts.rs`: the calls about accounts (create, get now or as of, update, versions);
+//! `ledgers.rs`: the calls about ledgers themselves (create, get, list).
 
+mod accounts;
 mod ledgers;
 
 use crate::amount::to_wire;
@@ -19,9 +21,10 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-/// Accounts kept in memory, at most, over every ledger (limit MAX_CACHED_ACCOUNTS); emptied
-/// when full. Only their scale is needed (to write amounts), and accounts never change, so a
-/// kept account never goes stale.
+/// Accounts whose scale is kept in memory, at most, over every ledger (limit
+/// MAX_CACHED_ACCOUNTS); emptied when full. Only their scale is needed (to write amounts),
+/// and an account's scale never changes (its terms do, and are never kept), so a kept scale
+/// never goes stale.
 pub const MAX_CACHED_ACCOUNTS: usize = 10_000;
 
 /// Items asked for per page when a call pages through a whole list (the ledger's largest).
@@ -82,25 +85,26 @@ impl ClientOptions {
     }
 }
 
-/// The accounts a client has read, by ledger and code.
+/// The scales of the accounts a client has read, by ledger and code.
 #[derive(Default)]
 struct Accounts {
-    by_ledger: HashMap<String, HashMap<String, Account>>,
+    by_ledger: HashMap<String, HashMap<String, u32>>,
     len: usize,
 }
 
 impl Accounts {
-    fn get(&self, ledger: &str, code: &str) -> Option<&Account> {
-        self.by_ledger.get(ledger)?.get(code)
+    fn scale(&self, ledger: &str, code: &str) -> Option<u32> {
+        self.by_ledger.get(ledger)?.get(code).copied()
     }
 
-    /// Keeps `a` as read on `ledger` (emptied first when MAX_CACHED_ACCOUNTS are kept).
+    /// Keeps the scale of `a` as read on `ledger` (emptied first when MAX_CACHED_ACCOUNTS
+    /// are kept).
     fn keep(&mut self, ledger: &str, a: &Account) {
         if self.len >= MAX_CACHED_ACCOUNTS {
             *self = Accounts::default();
         }
         let codes = self.by_ledger.entry(ledger.to_owned()).or_default();
-        if codes.insert(a.code.clone(), a.clone()).is_none() {
+        if codes.insert(a.code.clone(), a.scale).is_none() {
             self.len += 1;
         }
     }
@@ -216,77 +220,29 @@ impl Client {
         }
     }
 
-    /// Creates an account, or finds the identical one (`true` when it was created now).
-    pub async fn create_account(&self, a: NewAccount) -> Result<(Account, bool), Error> {
-        let req = pb::CreateAccountRequest {
-            ledger: self.ledger_field()?,
-            code: a.code,
-            currency: a.currency,
-            scale: a.scale,
-            normal_balance: a.normal_balance.to_pb(),
-            allow_negative: a.allow_negative,
-            metadata: a.metadata.into_iter().collect(),
-        };
-        let r = self
-            .calls
-            .call(req, |mut c, r| async move { c.create_account(r).await })
-            .await?;
-        let account = r
-            .account
-            .ok_or_else(|| Error::new(ErrorKind::Invalid, "the ledger answered no account"))
-            .and_then(Account::from_pb)?;
-        self.remember(&account);
-        Ok((account, r.created))
-    }
-
-    /// An account of this client's ledger by code (read once, then kept: accounts never
-    /// change).
-    pub async fn account(&self, code: &str) -> Result<Account, Error> {
-        let kept = self
-            .accounts
-            .lock()
-            .expect("accounts lock")
-            .get(&self.ledger, code)
-            .cloned();
-        if let Some(a) = kept {
-            return Ok(a);
-        }
-        let req = pb::GetAccountRequest {
-            ledger: self.ledger_field()?,
-            code: code.into(),
-        };
-        let a = self
-            .calls
-            .call(req, |mut c, r| async move { c.get_account(r).await })
-            .await
-            .and_then(Account::from_pb)?;
-        self.remember(&a);
-        Ok(a)
-    }
-
-    /// The scale of an account (read once, then kept), without copying the account.
+    /// The scale of an account (read once, then kept: it never changes).
     async fn scale(&self, code: &str) -> Result<u32, Error> {
         let kept = self
             .accounts
             .lock()
             .expect("accounts lock")
-            .get(&self.ledger, code)
-            .map(|a| a.scale);
+            .scale(&self.ledger, code);
         match kept {
             Some(scale) => Ok(scale),
             None => Ok(self.account(code).await?.scale),
         }
     }
 
-    /// Keeps an account read on this client's ledger.
+    /// Keeps the scale of an account read on this client's ledger.
     fn remember(&self, a: &Account) {
         let mut accounts = self.accounts.lock().expect("accounts lock");
         accounts.keep(&self.ledger, a);
     }
 
     /// The posting as the ledger takes it: each amount written at its account's scale
-    /// (accounts not yet known are read first). Refused before any `Post` is sent: a missing
-    /// key, an amount the account cannot carry exactly or beyond the ledger's digits.
+    /// (accounts not yet known are read first), conditions too. Refused before any `Post` is
+    /// sent: a missing key, an amount the account cannot carry exactly or beyond the ledger's
+    /// digits.
     async fn wire(&self, p: &NewPosting) -> Result<pb::PostRequest, Error> {
         if p.idempotency_key.is_empty() {
             return Err(Error::refused(
@@ -303,7 +259,22 @@ impl Client {
             metadata: p.metadata.clone().into_iter().collect(),
             hold: p.hold.is_some(),
             hold_expires_at: p.hold.flatten().map(time_to_pb),
+            conditions: self.wire_conditions(&p.conditions).await?,
         })
+    }
+
+    /// Conditions with each amount written at its account's scale.
+    async fn wire_conditions(&self, conditions: &[Condition]) -> Result<Vec<pb::Condition>, Error> {
+        let mut wire = Vec::with_capacity(conditions.len());
+        for (i, c) in conditions.iter().enumerate() {
+            let scale = match c.check {
+                ConditionCheck::AvailableAtLeast(_) => self.scale(&c.account).await?,
+                // No amount to write: nothing to read.
+                ConditionCheck::LastSequence(_) => 0,
+            };
+            wire.push(c.to_pb(i, scale)?);
+        }
+        Ok(wire)
     }
 
     /// Legs with each amount written at its account's scale.
@@ -575,6 +546,12 @@ mod tests {
             allow_negative: false,
             metadata: Metadata::new(),
             created_at: SystemTime::UNIX_EPOCH,
+            version: 1,
+            status: AccountStatus::Open,
+            balance_floor: None,
+            balance_ceiling: None,
+            debit_limits: Vec::new(),
+            version_info: None,
         }
     }
 
@@ -584,9 +561,9 @@ mod tests {
         kept.keep("acme", &account("assets:bank", 2));
         kept.keep("globex", &account("assets:bank", 0));
         kept.keep("acme", &account("assets:bank", 2));
-        assert_eq!(kept.get("acme", "assets:bank").map(|a| a.scale), Some(2));
-        assert_eq!(kept.get("globex", "assets:bank").map(|a| a.scale), Some(0));
-        assert!(kept.get(DEFAULT_LEDGER, "assets:bank").is_none());
+        assert_eq!(kept.scale("acme", "assets:bank"), Some(2));
+        assert_eq!(kept.scale("globex", "assets:bank"), Some(0));
+        assert!(kept.scale(DEFAULT_LEDGER, "assets:bank").is_none());
         assert_eq!(kept.len, 2, "the same account kept twice counts once");
     }
 
@@ -600,7 +577,7 @@ mod tests {
         assert_eq!(kept.len, MAX_CACHED_ACCOUNTS);
         kept.keep("c", &account("one:more", 2));
         assert_eq!(kept.len, 1);
-        assert!(kept.get("a", "acct:0").is_none());
-        assert!(kept.get("c", "one:more").is_some());
+        assert!(kept.scale("a", "acct:0").is_none());
+        assert!(kept.scale("c", "one:more").is_some());
     }
 }

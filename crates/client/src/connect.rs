@@ -114,6 +114,14 @@ pub async fn connect(opts: &ConnectOptions) -> Result<RawClient, Error> {
         .max_decoding_message_size(MAX_RESPONSE_BYTES))
 }
 
+/// A client whose channel would connect only when first used: for tests of what is sent
+/// around a call, never through it.
+#[cfg(test)]
+pub(crate) fn unconnected() -> RawClient {
+    let channel = Endpoint::from_static("http://127.0.0.1:9").connect_lazy();
+    LedgerClient::with_interceptor(channel, Bearer(None))
+}
+
 fn tls_config(opts: &ConnectOptions) -> ClientTlsConfig {
     let mut tls = ClientTlsConfig::new();
     if let Some(ca) = &opts.ca_cert {

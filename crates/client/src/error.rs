@@ -244,4 +244,81 @@ mod tests {
         let e = Error::from_status(&tonic::Status::invalid_argument("no"));
         assert!(!e.is_retry_safe());
     }
+
+    fn ledger_status(code: tonic::Code, reason: &str, meta: &[(&str, &str)]) -> tonic::Status {
+        let metadata: std::collections::HashMap<String, String> = meta
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        tonic::Status::with_error_details(
+            code,
+            "refused",
+            tonic_types::ErrorDetails::with_error_info(reason, ERROR_DOMAIN, metadata),
+        )
+    }
+
+    #[test]
+    fn an_account_version_mismatch_is_an_answer_a_caller_matches_on_and_never_retries() {
+        let status = ledger_status(
+            tonic::Code::Aborted,
+            "ACCOUNT_VERSION_MISMATCH",
+            &[("account", "wallet:alice"), ("version", "4")],
+        );
+        let e = Error::from_status(&status);
+        assert!(matches!(
+            e.kind,
+            ErrorKind::Ledger(Reason::AccountVersionMismatch)
+        ));
+        assert_eq!(e.reason(), Some(Reason::AccountVersionMismatch));
+        assert_eq!(e.metadata["version"], "4");
+        assert_eq!(e.metadata["account"], "wallet:alice");
+        assert!(
+            !e.is_retry_safe(),
+            "ABORTED is an answer: read again, decide again"
+        );
+        assert!(!Reason::AccountVersionMismatch.is_retry_safe());
+        assert!(
+            e.to_string().starts_with("ACCOUNT_VERSION_MISMATCH: "),
+            "{e}"
+        );
+        // ABORTED without the ledger's ErrorInfo (a proxy's) is not retried either.
+        let e = Error::from_status(&tonic::Status::aborted("aborted"));
+        assert_eq!(e.kind, ErrorKind::Transport(tonic::Code::Aborted));
+        assert!(!e.is_retry_safe());
+    }
+
+    #[test]
+    fn the_reasons_of_account_terms_and_conditions_are_known_and_none_is_retry_safe() {
+        let new = [
+            (Reason::AccountFrozen, "ACCOUNT_FROZEN"),
+            (Reason::AccountClosed, "ACCOUNT_CLOSED"),
+            (Reason::AccountNotEmpty, "ACCOUNT_NOT_EMPTY"),
+            (Reason::BalanceCeilingExceeded, "BALANCE_CEILING_EXCEEDED"),
+            (Reason::DebitLimitExceeded, "DEBIT_LIMIT_EXCEEDED"),
+            (Reason::ConditionFailed, "CONDITION_FAILED"),
+            (Reason::AccountVersionMismatch, "ACCOUNT_VERSION_MISMATCH"),
+        ];
+        for (reason, name) in new {
+            assert!(Reason::ALL.contains(&reason), "{name}");
+            assert_eq!((reason.as_str(), Reason::parse(name)), (name, Some(reason)));
+            assert!(!reason.is_retry_safe(), "{name}");
+        }
+        // As one result of a PostBatch carries it.
+        let status = ledger_status(
+            tonic::Code::FailedPrecondition,
+            "CONDITION_FAILED",
+            &[("account", "wallet:a"), ("field", "conditions[0]")],
+        );
+        let rpc = tonic_types::pb::Status {
+            code: status.code() as i32,
+            message: status.message().to_owned(),
+            details: prost::Message::decode(status.details())
+                .map(|s: tonic_types::pb::Status| s.details)
+                .unwrap(),
+        };
+        let e = Error::from_rpc_status(&rpc);
+        assert_eq!(e.kind, ErrorKind::Ledger(Reason::ConditionFailed));
+        assert_eq!(e.metadata["field"], "conditions[0]");
+        assert!(!e.is_retry_safe());
+    }
 }

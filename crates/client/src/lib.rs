@@ -14,6 +14,13 @@
 //!   same connection (accounts are kept by ledger and code); [`Client::create_ledger`],
 //!   [`Client::get_ledger`], [`Client::list_ledgers`] manage them, and a ledger code is
 //!   checked as the ledger checks it ([`validate_ledger_code`]) before anything is sent;
+//! - accounts: their attributes are fixed at creation, their terms (status, balance floor
+//!   and ceiling, debit limits) change by versions: [`Client::update_account`] records the
+//!   next one ([`AccountUpdate`], only if the account is still at the version the caller read:
+//!   `ACCOUNT_VERSION_MISMATCH` otherwise, an answer never retried), [`Client::account_as_of`]
+//!   reads the version in force at a cut-off, [`Client::account_versions`] every version with
+//!   who changed what and why; a posting may carry conditions on its accounts
+//!   ([`NewPosting::if_last_sequence`], [`NewPosting::if_available_at_least`]);
 //! - [`connect()`]: reaching a server by `host:port` or URL, with TLS, mutual TLS and a bearer
 //!   token ([`ConnectOptions`]);
 //! - [`Error`]: every failure by the contract's [`Reason`], saying whether a retry with the
@@ -67,7 +74,7 @@ mod error;
 mod retry;
 mod types;
 
-pub use amount::{from_wire, to_wire, Amount, MAX_AMOUNT_DIGITS, MAX_SCALE};
+pub use amount::{from_wire, to_wire, to_wire_signed, Amount, MAX_AMOUNT_DIGITS, MAX_SCALE};
 pub use calls::{ClientStats, MAX_BATCH_REQUESTS, MAX_BATCH_REQUEST_BYTES};
 pub use client::{Client, ClientOptions, PostingBy, MAX_CACHED_ACCOUNTS, PAGE_SIZE};
 pub use coalesce::{Coalesce, COALESCE_MAX_IN_FLIGHT, COALESCE_QUEUE_CALLS};
@@ -81,8 +88,9 @@ pub use retry::{
 };
 pub use rust_decimal::Decimal;
 pub use types::{
-    validate_ledger_code, Account, Applied, AsOf, Balance, CreatedLedger, CurrencyTotal, Direction,
-    Entry, Hold, HoldStatus, Ledger, LedgerPage, Leg, Metadata, NewAccount, NewCapture, NewLedger,
+    validate_ledger_code, Account, AccountStatus, AccountUpdate, AccountVersionInfo, Applied, AsOf,
+    Balance, Condition, ConditionCheck, CreatedLedger, CurrencyTotal, DebitLimit, Direction, Entry,
+    Hold, HoldStatus, Ledger, LedgerPage, Leg, Metadata, NewAccount, NewCapture, NewLedger,
     NewPosting, NewVoid, NormalBalance, Posted, Posting, PostingKind, TrialBalance, DEFAULT_LEDGER,
     MAX_LEDGER_CODE_CHARS,
 };

@@ -126,6 +126,9 @@ const _: () = assert!(
         <= MAX_PAGE_TOKEN_BYTES
 );
 
+/// Bytes of a caller name: the auth file's names are checked against it, and every answer's
+/// size is bounded with it.
+pub const MAX_CALLER_BYTES: usize = 128;
 /// Debit limits one account version carries.
 pub const MAX_DEBIT_LIMITS: usize = 4;
 /// The longest window of a debit limit: 366 days, in seconds.

@@ -6,7 +6,8 @@
 
 use super::account::Account;
 use super::limits::{
-    MAX_ACCOUNT_CODE_CHARS, MAX_CURRENCY_CHARS, MAX_LEDGER_CODE_CHARS, MAX_PAGE_BYTES,
+    MAX_ACCOUNT_CODE_CHARS, MAX_CALLER_BYTES, MAX_CURRENCY_CHARS, MAX_DEBIT_LIMITS,
+    MAX_IDEMPOTENCY_KEY_BYTES, MAX_LEDGER_CODE_CHARS, MAX_MEMO_BYTES, MAX_PAGE_BYTES,
     MAX_PAGE_SIZE,
 };
 use super::record::{Balance, CurrencyTotal, Entry, Posting};
@@ -51,8 +52,26 @@ impl WireSize for Account {
             + map(&self.metadata)
             + TIMESTAMP
             + LEDGER_CODE
+            + ACCOUNT_VERSION_MAX
     }
 }
+
+/// The most an account's version adds to its message: version and status, floor and
+/// ceiling, its debit limits, and the version's facts (time, sequence, caller, reason, the
+/// paths changed, key).
+const ACCOUNT_VERSION_MAX: usize = 2 * SCALAR
+    + 2 * (FIELD_OVERHEAD + AMOUNT_TEXT_MAX)
+    + MAX_DEBIT_LIMITS * (2 * FIELD_OVERHEAD + AMOUNT_TEXT_MAX + SCALAR)
+    + FIELD_OVERHEAD
+    + TIMESTAMP
+    + SCALAR
+    + FIELD_OVERHEAD
+    + MAX_CALLER_BYTES
+    + FIELD_OVERHEAD
+    + MAX_MEMO_BYTES
+    + 4 * (FIELD_OVERHEAD + 16)
+    + FIELD_OVERHEAD
+    + MAX_IDEMPOTENCY_KEY_BYTES;
 
 impl WireSize for Posting {
     fn wire_size(&self) -> usize {
@@ -89,7 +108,7 @@ impl WireSize for Balance {
             + text(&self.account)
             + text(&self.currency)
             + 6 * (FIELD_OVERHEAD + AMOUNT_TEXT_MAX)
-            + SCALAR
+            + 2 * SCALAR
             + FIELD_OVERHEAD
             + 2 * TIMESTAMP
     }

@@ -150,6 +150,7 @@ pub async fn account(cmd: AccountCommand) -> Result<(), ToolError> {
                 .get_account(pb::GetAccountRequest {
                     ledger: common.ledger.code(),
                     code,
+                    as_of: None,
                 })
                 .await?
                 .into_inner();

@@ -3,14 +3,19 @@
 //! as `None`. Conversions from the wire fail with an error rather than guess (text that is no
 //! amount, a time out of range).
 
-use crate::amount::{from_wire, Amount};
+use crate::amount::{from_wire, to_wire_signed, Amount};
 use crate::error::{Error, ErrorKind};
 use crate::pb;
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
+mod account;
 mod ledger;
 mod reads;
+
+pub use account::{
+    Account, AccountStatus, AccountUpdate, AccountVersionInfo, DebitLimit, NewAccount,
+};
 
 pub(crate) use ledger::ledger_or_default;
 pub use ledger::{
@@ -97,84 +102,6 @@ pub(super) fn id(s: String) -> Option<String> {
     (!s.is_empty()).then_some(s)
 }
 
-/// An account to create. Every attribute is fixed at creation. Built with
-/// [`NewAccount::new`] and its setters, or as a struct literal.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NewAccount {
-    /// 1..128 characters of `a-z 0-9 : _ - .`.
-    pub code: String,
-    /// 2..16 characters of `A-Z 0-9`.
-    pub currency: String,
-    /// Decimal places its amounts carry (0..18).
-    pub scale: u32,
-    pub normal_balance: NormalBalance,
-    /// Whether its balance may go below zero.
-    pub allow_negative: bool,
-    pub metadata: Metadata,
-}
-
-impl NewAccount {
-    /// An account `code` of `currency` carrying `scale` decimals, growing on the
-    /// `normal_balance` side; its balance may not go below zero and it has no metadata
-    /// ([`NewAccount::allow_negative`], [`NewAccount::metadata`] change that).
-    pub fn new(
-        code: impl Into<String>,
-        currency: impl Into<String>,
-        scale: u32,
-        normal_balance: NormalBalance,
-    ) -> NewAccount {
-        NewAccount {
-            code: code.into(),
-            currency: currency.into(),
-            scale,
-            normal_balance,
-            allow_negative: false,
-            metadata: Metadata::new(),
-        }
-    }
-
-    /// Whether its balance may go below zero (a funding source, a clearing account).
-    pub fn allow_negative(mut self, allow: bool) -> NewAccount {
-        self.allow_negative = allow;
-        self
-    }
-
-    /// With one metadata entry.
-    pub fn metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> NewAccount {
-        self.metadata.insert(key.into(), value.into());
-        self
-    }
-}
-
-/// An account as the ledger stores it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Account {
-    /// The ledger it belongs to (its code is unique within it).
-    pub ledger: String,
-    pub code: String,
-    pub currency: String,
-    pub scale: u32,
-    pub normal_balance: NormalBalance,
-    pub allow_negative: bool,
-    pub metadata: Metadata,
-    pub created_at: SystemTime,
-}
-
-impl Account {
-    pub(crate) fn from_pb(a: pb::Account) -> Result<Account, Error> {
-        Ok(Account {
-            normal_balance: NormalBalance::from_pb(a.normal_balance)?,
-            created_at: time_from_pb("created_at", a.created_at)?,
-            ledger: ledger::answered_ledger(a.ledger),
-            code: a.code,
-            currency: a.currency,
-            scale: a.scale,
-            allow_negative: a.allow_negative,
-            metadata: a.metadata.into_iter().collect(),
-        })
-    }
-}
-
 /// One leg: an account, a side, a positive amount (at most the account's scale in
 /// decimals; sent with exactly that scale; answered with it).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -210,6 +137,9 @@ pub struct NewPosting {
     /// `Some`: a hold (two-phase posting) that reserves its legs until captured, released
     /// or expired; the time is when it expires (`Some(None)`: it never expires).
     pub hold: Option<Option<SystemTime>>,
+    /// Recorded only if each of these holds when the ledger decides it (at most 8), else
+    /// `CONDITION_FAILED`, which binds the key.
+    pub conditions: Vec<Condition>,
 }
 
 impl NewPosting {
@@ -222,6 +152,7 @@ impl NewPosting {
             memo: String::new(),
             metadata: Metadata::new(),
             hold: None,
+            conditions: Vec::new(),
         }
     }
 
@@ -273,6 +204,71 @@ impl NewPosting {
     pub fn meta(mut self, key: impl Into<String>, value: impl Into<String>) -> NewPosting {
         self.metadata.insert(key.into(), value.into());
         self
+    }
+
+    /// Recorded only if `account`'s last posting is still sequence `sequence` when the ledger
+    /// decides it (0: the account has none yet): the optimistic lock of a caller that
+    /// computed the posting from a [`Balance`] it read (its `last_sequence`).
+    pub fn if_last_sequence(mut self, account: impl Into<String>, sequence: u64) -> NewPosting {
+        self.conditions.push(Condition {
+            account: account.into(),
+            check: ConditionCheck::LastSequence(sequence),
+        });
+        self
+    }
+
+    /// Recorded only if `account`'s available balance is at least `amount` (a `Decimal` or
+    /// an [`Amount`], of either sign, at most the account's scale in decimals) when the
+    /// ledger decides it.
+    pub fn if_available_at_least(
+        mut self,
+        account: impl Into<String>,
+        amount: impl Into<Amount>,
+    ) -> NewPosting {
+        self.conditions.push(Condition {
+            account: account.into(),
+            check: ConditionCheck::AvailableAtLeast(amount.into()),
+        });
+        self
+    }
+}
+
+/// A condition on an account's state when a posting is decided (the account is of the
+/// posting's ledger).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Condition {
+    /// The account's code.
+    pub account: String,
+    /// What must hold of it.
+    pub check: ConditionCheck,
+}
+
+/// What a [`Condition`] checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConditionCheck {
+    /// The account's last posting ([`Balance::last_sequence`]; 0: none yet) is still this
+    /// one.
+    LastSequence(u64),
+    /// Its available balance is at least this.
+    AvailableAtLeast(Amount),
+}
+
+impl Condition {
+    /// The condition as the ledger takes it (number `i` of its posting), an amount written
+    /// at its account's `scale`.
+    pub(crate) fn to_pb(&self, i: usize, scale: u32) -> Result<pb::Condition, Error> {
+        use pb::condition::Check;
+        let check = match self.check {
+            ConditionCheck::LastSequence(n) => Check::LastSequence(n),
+            ConditionCheck::AvailableAtLeast(a) => Check::AvailableAtLeast(
+                to_wire_signed(a, scale, &self.account)
+                    .map_err(|e| e.with("field", format!("conditions[{i}].available_at_least")))?,
+            ),
+        };
+        Ok(pb::Condition {
+            account: self.account.clone(),
+            check: Some(check),
+        })
     }
 }
 
@@ -511,6 +507,7 @@ mod tests {
             held_credits: "0.00".into(),
             available: SUM.into(),
             as_of_sequence: 2,
+            last_sequence: 1,
             as_of: Some(pb::AsOf {
                 recorded_at: Some(time_to_pb(SystemTime::UNIX_EPOCH)),
                 effective_at: Some(time_to_pb(SystemTime::UNIX_EPOCH)),
@@ -521,6 +518,7 @@ mod tests {
     #[test]
     fn answered_amounts_beyond_a_decimal_read_back_exactly_as_strings() {
         let b = Balance::from_pb(big_balance()).expect("an exact balance");
+        assert_eq!((b.last_sequence, b.as_of.sequence), (1, 2));
         assert_eq!(b.balance.to_string(), SUM);
         assert_eq!(b.debits.to_string(), SUM);
         assert_eq!(b.credits.to_string(), "0.00");
@@ -605,5 +603,58 @@ mod tests {
                 ("owner".into(), "treasury".into())
             ]
         );
+    }
+
+    #[test]
+    fn conditions_are_sent_with_their_check_and_amounts_at_the_accounts_scale() {
+        let p = NewPosting::new("k")
+            .debit("wallet:a", rust_decimal::Decimal::new(5, 0))
+            .credit("wallet:b", rust_decimal::Decimal::new(5, 0))
+            .if_last_sequence("wallet:a", 0)
+            .if_available_at_least("wallet:a", rust_decimal::Decimal::new(-1000, 1));
+        assert_eq!(
+            p.conditions,
+            [
+                Condition {
+                    account: "wallet:a".into(),
+                    check: ConditionCheck::LastSequence(0),
+                },
+                Condition {
+                    account: "wallet:a".into(),
+                    check: ConditionCheck::AvailableAtLeast(Amount::new(-100, 0)),
+                },
+            ]
+        );
+        use pb::condition::Check;
+        let wire: Vec<_> = p
+            .conditions
+            .iter()
+            .enumerate()
+            .map(|(i, c)| c.to_pb(i, 2).unwrap())
+            .collect();
+        assert_eq!(
+            wire,
+            [
+                pb::Condition {
+                    account: "wallet:a".into(),
+                    check: Some(Check::LastSequence(0)),
+                },
+                pb::Condition {
+                    account: "wallet:a".into(),
+                    check: Some(Check::AvailableAtLeast("-100.00".into())),
+                },
+            ]
+        );
+        let at_least = |a: Amount| Condition {
+            account: "wallet:b".into(),
+            check: ConditionCheck::AvailableAtLeast(a),
+        };
+        let zero = at_least(Amount::new(0, 0)).to_pb(0, 3).unwrap();
+        assert_eq!(zero.check, Some(Check::AvailableAtLeast("0.000".into())));
+        let e = at_least(Amount::new(1, 3)).to_pb(4, 2).unwrap_err();
+        assert_eq!(e.reason(), Some(crate::Reason::AmountScale));
+        assert_eq!(e.metadata["field"], "conditions[4].available_at_least");
+        assert_eq!(e.metadata["account"], "wallet:b");
+        assert!(NewPosting::new("k").conditions.is_empty());
     }
 }

@@ -63,6 +63,10 @@ pub struct Balance {
     pub held_credits: Amount,
     /// The balance with every pending hold's reduction applied (what no-negative checks).
     pub available: Amount,
+    /// The last posting that touched the account (moved or held on it) by the cut-off; 0:
+    /// none. What [`NewPosting::if_last_sequence`](crate::NewPosting::if_last_sequence)
+    /// names.
+    pub last_sequence: u64,
     pub as_of: Applied,
 }
 
@@ -81,6 +85,7 @@ impl Balance {
                 effective_at: time_from_pb("as_of.effective_at", at.effective_at)?,
                 sequence: b.as_of_sequence,
             },
+            last_sequence: b.last_sequence,
             account: b.account,
             currency: b.currency,
         })

@@ -3,7 +3,8 @@
 use crate::error::LedgerError;
 use crate::hold::{expiry_key, ValidCapture, LEDGER_CALLER};
 use crate::posting::{Fingerprint, ValidPost, ValidVoid};
-use crate::record::Decided;
+use crate::record::Written;
+use crate::terms::ValidUpdate;
 use std::collections::HashMap;
 use uuid::Uuid;
 
@@ -15,6 +16,8 @@ pub enum Command {
     Capture(ValidCapture),
     /// The ledger's own release of an expired hold (caller [`LEDGER_CALLER`]).
     Expire(ValidExpire),
+    /// A new version of an account's terms.
+    Update(ValidUpdate),
 }
 
 /// The release of an expired hold, as the expiry task asks for it.
@@ -54,6 +57,7 @@ pub enum Operation {
     Void,
     Capture,
     Expire,
+    Update,
 }
 
 impl Operation {
@@ -64,6 +68,7 @@ impl Operation {
             Operation::Void => "void",
             Operation::Capture => "capture",
             Operation::Expire => "expire",
+            Operation::Update => "update",
         }
     }
 
@@ -74,6 +79,7 @@ impl Operation {
             "void" => Some(Operation::Void),
             "capture" => Some(Operation::Capture),
             "expire" => Some(Operation::Expire),
+            "update" => Some(Operation::Update),
             _ => None,
         }
     }
@@ -87,6 +93,7 @@ impl Command {
             Command::Void(v) => &v.idempotency_key,
             Command::Capture(c) => &c.idempotency_key,
             Command::Expire(x) => &x.idempotency_key,
+            Command::Update(u) => &u.idempotency_key,
         }
     }
 
@@ -96,6 +103,7 @@ impl Command {
             Command::Void(_) => Operation::Void,
             Command::Capture(_) => Operation::Capture,
             Command::Expire(_) => Operation::Expire,
+            Command::Update(_) => Operation::Update,
         }
     }
 
@@ -106,6 +114,7 @@ impl Command {
             Command::Void(v) => &v.fingerprint,
             Command::Capture(c) => &c.fingerprint,
             Command::Expire(x) => &x.fingerprint,
+            Command::Update(u) => &u.fingerprint,
         }
     }
 
@@ -113,7 +122,7 @@ impl Command {
     /// expiry's hold.
     pub fn target(&self) -> Option<Uuid> {
         match self {
-            Command::Post(_) => None,
+            Command::Post(_) | Command::Update(_) => None,
             Command::Void(v) => Some(v.target),
             Command::Capture(c) => Some(c.hold),
             Command::Expire(x) => Some(x.hold),
@@ -129,7 +138,7 @@ pub struct WriteRequest {
 }
 
 /// The answer to one request.
-pub type Outcome = Result<Decided, LedgerError>;
+pub type Outcome = Result<Written, LedgerError>;
 
 /// The first request of each distinct (caller, key), in batch order: the requests storage
 /// claims keys for and [`Snapshot::keys`] follows. Later requests with a key already seen

@@ -24,7 +24,7 @@ mod snapshot;
 
 pub use admit::{admit, named_by, NamedPostings, PendingCapture, Queued};
 pub use command::{distinct_keys, Command, Operation, Outcome, ValidExpire, WriteRequest};
-pub use plan::{FinalTotals, Plan, PlannedLeg, PlannedPosting, PlannedRejection};
+pub use plan::{FinalTotals, Plan, PlannedLeg, PlannedPosting, PlannedRejection, PlannedVersion};
 pub use round::Rounds;
 pub use snapshot::{
     AccountState, Clock, ExpiringHold, HeldLeg, KeyState, Snapshot, StoredDecision,
@@ -32,7 +32,7 @@ pub use snapshot::{
 
 use crate::error::{LedgerError, Reason};
 use crate::posting::Fingerprint;
-use crate::record::{Decided, Posting};
+use crate::record::{Done, Written};
 use decider::{Decider, Refusal};
 use std::collections::HashMap;
 use uuid::Uuid;
@@ -43,7 +43,7 @@ struct Decision<'a> {
     fingerprint: &'a Fingerprint,
     /// The request of this batch that decided it now (`None`: decided earlier).
     decided_by: Option<usize>,
-    outcome: Result<Posting, LedgerError>,
+    outcome: Result<Done, LedgerError>,
 }
 
 /// Decides a batch: the new requests in order against the snapshot, every request answered
@@ -68,7 +68,7 @@ pub fn decide(s: &Snapshot, requests: &[WriteRequest], new_ids: &[Uuid]) -> Plan
             KeyState::Claimed(key_id) => {
                 let id = ids.next().expect("an id for every request");
                 match d.decide_new(r, *key_id, id) {
-                    Ok(posting) => Ok(posting),
+                    Ok(done) => Ok(done),
                     Err(Refusal::Bound(e)) => Err(e),
                     Err(Refusal::Unbound(e)) => {
                         unbound.push((i, e));
@@ -115,8 +115,8 @@ pub fn decide(s: &Snapshot, requests: &[WriteRequest], new_ids: &[Uuid]) -> Plan
 /// `IDEMPOTENCY_KEY_REUSED`.
 fn answer(r: &WriteRequest, i: usize, d: &Decision) -> Outcome {
     if d.decided_by == Some(i) {
-        return d.outcome.clone().map(|posting| Decided {
-            posting,
+        return d.outcome.clone().map(|done| Written {
+            done,
             replayed: false,
         });
     }
@@ -132,8 +132,8 @@ fn answer(r: &WriteRequest, i: usize, d: &Decision) -> Outcome {
         )
         .with("idempotency_key", r.command.key()));
     }
-    d.outcome.clone().map(|posting| Decided {
-        posting,
+    d.outcome.clone().map(|done| Written {
+        done,
         replayed: true,
     })
 }

@@ -19,7 +19,7 @@ use crate::engine::Totals;
 use crate::hold::{CaptureRequest, PostingTerms};
 use crate::ledger::{self, LedgerId};
 use crate::posting::{check_balanced, Leg, LegRequest, PostRequest, VoidRequest};
-use crate::record::CloseKind;
+use crate::record::{CloseKind, Posting};
 use proptest::prelude::*;
 use time::Duration;
 use time::OffsetDateTime;
@@ -365,7 +365,7 @@ impl Store {
                 let d = StoredDecision {
                     operation: r.command.operation(),
                     fingerprint: *r.command.fingerprint(),
-                    outcome: plan.outcomes[i].clone().map(|d| d.posting),
+                    outcome: plan.outcomes[i].clone().map(|d| d.done),
                 };
                 self.decided
                     .insert((r.caller.clone(), r.command.key().to_owned()), d);
@@ -967,9 +967,9 @@ fn check_outcomes(
         match (got, want) {
             (Ok(d), Ok((n, replayed))) => {
                 if n == ids.len() {
-                    ids.push(d.posting.posting_id);
+                    ids.push(d.posting().expect("a posting").posting_id);
                 }
-                prop_assert_eq!(d.posting.posting_id, ids[n], "the model's posting");
+                prop_assert_eq!(d.posting().expect("a posting").posting_id, ids[n], "the model's posting");
                 prop_assert_eq!(d.replayed, replayed);
             }
             (Err(e), Err(r)) => prop_assert_eq!(e.reason, r, "{}", e),

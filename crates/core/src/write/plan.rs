@@ -7,6 +7,7 @@ use crate::amount::Amount;
 use crate::engine::Totals;
 use crate::error::LedgerError;
 use crate::record::{CloseKind, Posting};
+use crate::terms::AccountVersion;
 use time::OffsetDateTime;
 
 /// One leg of a planned posting that moves money, with the account's totals after it.
@@ -36,6 +37,13 @@ pub struct PlannedPosting {
     pub closes_expiring: Option<(OffsetDateTime, Vec<i64>)>,
 }
 
+/// A version of an account's terms the plan records, with the number of its key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedVersion {
+    pub version: AccountVersion,
+    pub key_id: i64,
+}
+
 /// A state-dependent rejection the plan binds to its key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlannedRejection {
@@ -51,6 +59,8 @@ pub struct FinalTotals {
     pub scale: u8,
     pub totals: Totals,
     pub last_sequence: i64,
+    /// The version of its terms in force after the batch.
+    pub terms_version: i64,
 }
 
 /// What a batch writes and answers.
@@ -58,8 +68,10 @@ pub struct FinalTotals {
 pub struct Plan {
     /// In sequence order.
     pub postings: Vec<PlannedPosting>,
+    /// In the order decided.
+    pub versions: Vec<PlannedVersion>,
     pub rejections: Vec<PlannedRejection>,
-    /// The accounts the postings touch, by id.
+    /// The accounts the postings and versions touch, by id.
     pub totals: Vec<FinalTotals>,
     /// The time the batch's postings are recorded from (their outbox rows carry it).
     pub base: OffsetDateTime,

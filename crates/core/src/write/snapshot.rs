@@ -6,7 +6,7 @@ use crate::amount::Amount;
 pub use crate::engine::AccountState;
 use crate::error::LedgerError;
 use crate::posting::Fingerprint;
-use crate::record::Posting;
+use crate::record::{Done, Posting};
 use std::collections::HashMap;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -45,7 +45,7 @@ pub enum KeyState {
 pub struct StoredDecision {
     pub operation: Operation,
     pub fingerprint: Fingerprint,
-    pub outcome: Result<Posting, LedgerError>,
+    pub outcome: Result<Done, LedgerError>,
 }
 
 /// Everything a batch's decision needs, loaded by storage under the ledger's write lock.

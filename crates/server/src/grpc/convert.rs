@@ -4,11 +4,12 @@ use super::pb;
 use ledger_core::account::Metadata;
 use ledger_core::amount::format_minor;
 use ledger_core::hold::CaptureRequest;
-use ledger_core::posting::{LegRequest, PostRequest, VoidRequest};
+use ledger_core::posting::{Check, ConditionRequest, LegRequest, PostRequest, VoidRequest};
 use ledger_core::record::{
-    AppliedAsOf, AsOf, Balance, CloseKind, CurrencyTotal, Decided, Entry, HoldStatus, Posting,
-    PostingKind,
+    AppliedAsOf, AsOf, Balance, CloseKind, CurrencyTotal, Entry, HoldStatus, Posting,
+    PostingKind, Written,
 };
+use ledger_core::terms::{AccountStatus, AccountVersion, UpdateRequest};
 use ledger_core::{Account, Direction, LedgerError, NormalBalance, Reason};
 use prost_types::Timestamp;
 use time::OffsetDateTime;
@@ -90,7 +91,9 @@ pub fn direction_to_pb(d: Direction) -> i32 {
 }
 
 /// An account message; `ledger` is the code of its ledger.
-pub fn account_to_pb(a: &Account, ledger: &str) -> pb::Account {
+pub fn account_to_pb(a: &Account, v: &AccountVersion, ledger: &str) -> pb::Account {
+    let t = &v.terms;
+    let amount = |m: Option<i128>| m.map(|m| format_minor(m, a.scale)).unwrap_or_default();
     pb::Account {
         ledger: ledger.to_owned(),
         code: a.code.clone(),
@@ -100,7 +103,76 @@ pub fn account_to_pb(a: &Account, ledger: &str) -> pb::Account {
         allow_negative: a.allow_negative,
         metadata: metadata_to_pb(&a.metadata),
         created_at: Some(time_to_pb(a.created_at)),
+        version: t.version as u64,
+        status: account_status_to_pb(t.status),
+        balance_floor: amount(t.floor),
+        balance_ceiling: amount(t.ceiling),
+        debit_limits: t
+            .debit_limits
+            .iter()
+            .map(|l| pb::DebitLimit {
+                amount: format_minor(l.amount, a.scale),
+                window_seconds: l.window_seconds,
+            })
+            .collect(),
+        version_info: Some(pb::AccountVersionInfo {
+            recorded_at: Some(time_to_pb(v.recorded_at)),
+            after_sequence: in_ledger(v.after_sequence as u64),
+            caller: v.caller.clone(),
+            reason: v.reason.clone(),
+            changed: v.changed.clone(),
+            idempotency_key: v.idempotency_key.clone(),
+        }),
     }
+}
+
+fn account_status_to_pb(s: AccountStatus) -> i32 {
+    match s {
+        AccountStatus::Open => pb::AccountStatus::Open as i32,
+        AccountStatus::Frozen => pb::AccountStatus::Frozen as i32,
+        AccountStatus::Closed => pb::AccountStatus::Closed as i32,
+    }
+}
+
+fn account_status_from_pb(v: i32) -> Option<AccountStatus> {
+    match pb::AccountStatus::try_from(v) {
+        Ok(pb::AccountStatus::Open) => Some(AccountStatus::Open),
+        Ok(pb::AccountStatus::Frozen) => Some(AccountStatus::Frozen),
+        Ok(pb::AccountStatus::Closed) => Some(AccountStatus::Closed),
+        _ => None,
+    }
+}
+
+/// An `UpdateAccount` request in domain terms.
+pub fn update_from_pb(r: pb::UpdateAccountRequest) -> UpdateRequest {
+    UpdateRequest {
+        idempotency_key: r.idempotency_key,
+        code: r.code,
+        expected_version: r.expected_version,
+        update_mask: r.update_mask.map(|m| m.paths).unwrap_or_default(),
+        status: account_status_from_pb(r.status),
+        floor: r.balance_floor,
+        ceiling: r.balance_ceiling,
+        debit_limits: r
+            .debit_limits
+            .into_iter()
+            .map(|l| (l.amount, l.window_seconds))
+            .collect(),
+        reason: r.reason,
+    }
+}
+
+fn conditions_from_pb(c: Vec<pb::Condition>) -> Vec<ConditionRequest> {
+    use pb::condition::Check as C;
+    c.into_iter()
+        .map(|c| ConditionRequest {
+            account: c.account,
+            check: c.check.map(|k| match k {
+                C::LastSequence(n) => Check::LastSequence(n),
+                C::AvailableAtLeast(m) => Check::AvailableAtLeast(m),
+            }),
+        })
+        .collect()
 }
 
 fn legs_from_pb(legs: Vec<pb::Leg>) -> Vec<LegRequest> {
@@ -123,7 +195,7 @@ pub fn post_from_pb(r: pb::PostRequest) -> Result<PostRequest, LedgerError> {
         metadata: metadata(r.metadata),
         hold: r.hold,
         hold_expires_at: opt_time("hold_expires_at", r.hold_expires_at.as_ref())?,
-        conditions: Vec::new(),
+        conditions: conditions_from_pb(r.conditions),
     })
 }
 
@@ -229,16 +301,19 @@ fn closed_by(p: &Posting, kind: impl Fn(CloseKind) -> bool) -> String {
 /// One `PostBatch` result: the response, or the error exactly as `Post` would have answered
 /// it (the `google.rpc.Status` a failed call carries, with its `ErrorInfo`).
 pub fn batch_result_to_pb(
-    outcome: Result<Decided, LedgerError>,
+    outcome: Result<Written, LedgerError>,
     ledger: &str,
 ) -> pb::PostBatchResult {
     use pb::post_batch_result::Outcome;
     pb::PostBatchResult {
         outcome: Some(match outcome {
-            Ok(d) => Outcome::Response(pb::PostResponse {
-                posting: Some(posting_to_pb(&d.posting, ledger)),
-                replayed: d.replayed,
-            }),
+            Ok(w) => {
+                let d = w.posted();
+                Outcome::Response(pb::PostResponse {
+                    posting: Some(posting_to_pb(&d.posting, ledger)),
+                    replayed: d.replayed,
+                })
+            }
             Err(e) => Outcome::Error(super::status::to_rpc_status(e)),
         }),
     }
@@ -273,6 +348,7 @@ pub fn balance_to_pb(b: &Balance) -> pb::Balance {
         available: format_minor(b.available, b.scale),
         as_of_sequence: in_ledger(b.as_of.sequence),
         as_of: Some(applied_to_pb(&b.as_of)),
+        last_sequence: in_ledger(b.last_sequence as u64),
     }
 }
 
@@ -398,9 +474,25 @@ mod tests {
             let ledger = "l".repeat(ledger_core::limits::MAX_LEDGER_CODE_CHARS);
             prop_assert!(framed(posting_to_pb(&p, &ledger).encoded_len()) <= p.wire_size());
             let account = Account { id: 1, ledger: 1, code: code.clone(), currency: currency.clone(), scale: 18, normal_balance: NormalBalance::Credit, allow_negative: true, metadata: m, created_at: t };
-            prop_assert!(framed(account_to_pb(&account, &ledger).encoded_len()) <= account.wire_size());
+            let version = AccountVersion {
+                account_id: 1,
+                terms: ledger_core::terms::Terms {
+                    version: i64::MAX,
+                    status: AccountStatus::Frozen,
+                    floor: Some(-ledger_core::limits::MAX_TOTAL_MINOR),
+                    ceiling: Some(ledger_core::limits::MAX_TOTAL_MINOR),
+                    debit_limits: vec![ledger_core::terms::DebitLimit { amount: ledger_core::limits::MAX_TOTAL_MINOR, window_seconds: u32::MAX }; ledger_core::limits::MAX_DEBIT_LIMITS],
+                },
+                after_sequence: i64::MAX,
+                recorded_at: t,
+                caller: "c".repeat(ledger_core::limits::MAX_CALLER_BYTES),
+                idempotency_key: "k".repeat(ledger_core::limits::MAX_IDEMPOTENCY_KEY_BYTES),
+                reason: "r".repeat(ledger_core::limits::MAX_MEMO_BYTES),
+                changed: ledger_core::terms::Field::ALL.iter().map(|f| f.path().to_owned()).collect(),
+            };
+            prop_assert!(framed(account_to_pb(&account, &version, &ledger).encoded_len()) <= account.wire_size());
             let at = AppliedAsOf { recorded_at: t, effective_at: t, sequence: u64::MAX };
-            let b = Balance { account: code, currency: currency.clone(), scale: 18, debits: i128::MAX, credits: i128::MIN, balance: i128::MIN, held_debits: i128::MIN, held_credits: i128::MIN, available: i128::MIN, as_of: at };
+            let b = Balance { account: code, currency: currency.clone(), scale: 18, debits: i128::MAX, credits: i128::MIN, balance: i128::MIN, held_debits: i128::MIN, held_credits: i128::MIN, available: i128::MIN, as_of: at, last_sequence: i64::MAX };
             prop_assert!(framed(balance_to_pb(&b).encoded_len()) <= b.wire_size());
             let total = CurrencyTotal { currency, scale: 18, debits: i128::MIN, credits: i128::MIN, held_debits: i128::MIN, held_credits: i128::MIN };
             prop_assert!(framed(total_to_pb(&total).encoded_len()) <= total.wire_size());

@@ -55,6 +55,37 @@ fn written(d: ledger_core::record::Decided, book: &Book) -> (Option<pb::Posting>
     (Some(posting_to_pb(&d.posting, &book.code)), d.replayed)
 }
 
+/// A `ListAccountVersions` page: the version its token says it follows (the last version of
+/// the page before: a number, which shows nothing beyond what any caller of the account may
+/// list) and its size.
+fn versions_page(token: &str, size: u32) -> Result<(i64, u32), LedgerError> {
+    let after = if token.is_empty() {
+        0
+    } else {
+        token.parse::<i64>().ok().filter(|v| *v > 0).ok_or_else(|| {
+            LedgerError::new(
+                Reason::InvalidPageToken,
+                "page_token is not a token ListAccountVersions gave: send next_page_token unchanged",
+            )
+            .with("field", "page_token")
+        })?
+    };
+    let size = match size {
+        0 => ledger_core::limits::DEFAULT_PAGE_SIZE,
+        n if n > ledger_core::limits::MAX_PAGE_SIZE => {
+            return Err(LedgerError::limit(
+                "page_size",
+                "MAX_PAGE_SIZE",
+                ledger_core::limits::MAX_PAGE_SIZE,
+                n,
+            )
+            .with("field", "page_size"))
+        }
+        n => n,
+    };
+    Ok((after, size))
+}
+
 /// A `PostBatch` request naming a ledger other than the call's (a batch writes one ledger).
 fn in_call_ledger(r: pb::PostRequest, book: &Book) -> Result<pb::PostRequest, LedgerError> {
     if r.ledger.is_empty() || r.ledger == book.code {
@@ -91,8 +122,12 @@ impl ledger_server::Ledger for LedgerGrpc {
                 metadata(r.metadata),
             )?;
             let (a, created) = self.ledger.create_account(&book, new).await?;
+            let (a, v) = self
+                .ledger
+                .get_account_version(&book, &a.code, Default::default())
+                .await?;
             Ok(pb::CreateAccountResponse {
-                account: Some(account_to_pb(&a, &book.code)),
+                account: Some(account_to_pb(&a, &v, &book.code)),
                 created,
             })
         };
@@ -104,8 +139,60 @@ impl ledger_server::Ledger for LedgerGrpc {
         let r = req.into_inner();
         let result = async {
             let book = self.book(&grants, &r.ledger).await?;
-            let a = self.ledger.get_account(&book, &r.code).await?;
-            Ok(account_to_pb(&a, &book.code))
+            let as_of = as_of_from_pb(r.as_of)?;
+            let (a, v) = self
+                .ledger
+                .get_account_version(&book, &r.code, as_of)
+                .await?;
+            Ok(account_to_pb(&a, &v, &book.code))
+        };
+        reply(result.await)
+    }
+
+    async fn update_account(
+        &self,
+        req: Request<pb::UpdateAccountRequest>,
+    ) -> Reply<pb::UpdateAccountResponse> {
+        let (grants, caller) = (grants(&req), caller(&req));
+        let r = req.into_inner();
+        let result = async {
+            let book = self.book(&grants, &r.ledger).await?;
+            let (a, v, replayed) = self
+                .ledger
+                .update_account(&book, &caller, update_from_pb(r))
+                .await?;
+            Ok(pb::UpdateAccountResponse {
+                account: Some(account_to_pb(&a, &v, &book.code)),
+                replayed,
+            })
+        };
+        reply(result.await)
+    }
+
+    async fn list_account_versions(
+        &self,
+        req: Request<pb::ListAccountVersionsRequest>,
+    ) -> Reply<pb::ListAccountVersionsResponse> {
+        let grants = grants(&req);
+        let r = req.into_inner();
+        let result = async {
+            let book = self.book(&grants, &r.ledger).await?;
+            let (after, size) = versions_page(&r.page_token, r.page_size)?;
+            let (a, versions) = self
+                .ledger
+                .account_versions(&book, &r.code, after, size)
+                .await?;
+            let next = match versions.last() {
+                Some(v) if versions.len() == size as usize => v.terms.version.to_string(),
+                _ => String::new(),
+            };
+            Ok(pb::ListAccountVersionsResponse {
+                versions: versions
+                    .iter()
+                    .map(|v| account_to_pb(&a, v, &book.code))
+                    .collect(),
+                next_page_token: next,
+            })
         };
         reply(result.await)
     }
@@ -122,10 +209,11 @@ impl ledger_server::Ledger for LedgerGrpc {
                 .ledger
                 .list_accounts(&book, &r.prefix, r.page_size, &r.page_token)
                 .await?;
+            let versions = self.ledger.current_versions(&accounts).await?;
             Ok(pb::ListAccountsResponse {
                 accounts: accounts
                     .iter()
-                    .map(|a| account_to_pb(a, &book.code))
+                    .map(|a| account_to_pb(a, &versions[&a.id], &book.code))
                     .collect(),
                 next_page_token: next,
             })

@@ -37,4 +37,4 @@ pub const ANONYMOUS: &str = "anonymous";
 
 /// Bytes of a caller name (limit MAX_CALLER_BYTES): the auth file's names are checked against
 /// it, and every answer's size is bounded with it (`sized.rs`).
-pub const MAX_CALLER_BYTES: usize = 128;
+pub const MAX_CALLER_BYTES: usize = ledger_core::limits::MAX_CALLER_BYTES;

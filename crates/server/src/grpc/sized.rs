@@ -86,7 +86,7 @@ mod tests {
     use crate::grpc::pb;
     use ledger_core::amount::Amount;
     use ledger_core::limits::{BATCH_GROWTH_PER_LEG, BATCH_RESULT_OVERHEAD, MAX_LEGS};
-    use ledger_core::record::{Decided, PostedLeg, Posting};
+    use ledger_core::record::{PostedLeg, Posting};
     use ledger_core::{Direction, LedgerError, Reason};
     use prost::Message;
 
@@ -165,8 +165,8 @@ mod tests {
         };
         let ledger = "l".repeat(ledger_core::limits::MAX_LEDGER_CODE_CHARS);
         let ok = batch_result_to_pb(
-            Ok(Decided {
-                posting,
+            Ok(ledger_core::record::Written {
+                done: ledger_core::record::Done::Posting(posting),
                 replayed: true,
             }),
             &ledger,

@@ -17,7 +17,8 @@ use ledger_core::hold::CaptureRequest;
 use ledger_core::ledger::Ledger as Book;
 use ledger_core::limits::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
 use ledger_core::posting::{parse_posting_id, validate_idempotency_key, PostRequest, VoidRequest};
-use ledger_core::record::{rfc3339, AppliedAsOf, AsOf, Balance, Decided, Posting};
+use ledger_core::record::{rfc3339, AppliedAsOf, AsOf, Balance, Decided, Posting, Written};
+use ledger_core::terms::{AccountVersion, UpdateRequest};
 use ledger_core::write::Command;
 use ledger_core::{Account, LedgerError, NewAccount, Reason};
 use replicas::Cut;
@@ -178,6 +179,89 @@ impl Ledger {
         self.writer
             .submit(book.id, caller.to_owned(), Command::Post(valid))
             .await
+            .map(Written::posted)
+    }
+
+    /// Records the next version of an account's terms in `book` (decided by the writer in
+    /// the ledger's order), or returns the decision already made for its key: the account,
+    /// the version, and whether it was replayed.
+    pub async fn update_account(
+        &self,
+        book: &Book,
+        caller: &str,
+        req: UpdateRequest,
+    ) -> Result<(Account, AccountVersion, bool), LedgerError> {
+        let account = self.get_account(book, &req.code).await?;
+        let valid = req.validate(&account)?;
+        let (version, replayed) = self
+            .writer
+            .submit(book.id, caller.to_owned(), Command::Update(valid))
+            .await?
+            .updated();
+        Ok((account, version, replayed))
+    }
+
+    /// An account of `book` with the version of its terms in force at the cut-off (now when
+    /// none is given): a version takes effect when recorded, on both clocks.
+    pub async fn get_account_version(
+        &self,
+        book: &Book,
+        code: &str,
+        as_of: AsOf,
+    ) -> Result<(Account, AccountVersion), LedgerError> {
+        validate_code(code)?;
+        let at = match (as_of.recorded_at, as_of.effective_at) {
+            (None, None) => None,
+            (r, e) => {
+                let now = time::OffsetDateTime::now_utc();
+                if let Some(r) = r.filter(|r| *r > now) {
+                    return Err(LedgerError::new(
+                        Reason::AsOfInFuture,
+                        format!("as_of.recorded_at {} is in the future", rfc3339(r)),
+                    )
+                    .with("field", "as_of.recorded_at"));
+                }
+                Some(r.unwrap_or(now).min(e.unwrap_or(now)))
+            }
+        };
+        let client = self.client().await?;
+        storage::terms::get_as_of(&client, book.id, code, at)
+            .await
+            .map_err(StorageError::into_ledger_error)?
+            .ok_or_else(|| {
+                LedgerError::new(
+                    Reason::AccountNotFound,
+                    format!("account {code:?} does not exist at the cut-off"),
+                )
+                .with("account", code)
+            })
+    }
+
+    /// The version in force now of each account, by id.
+    pub async fn current_versions(
+        &self,
+        accounts: &[Account],
+    ) -> Result<HashMap<i64, AccountVersion>, LedgerError> {
+        let client = self.client().await?;
+        storage::terms::current_versions(&client, accounts)
+            .await
+            .map_err(StorageError::into_ledger_error)
+    }
+
+    /// An account's versions after version `after`, oldest first, at most `limit`.
+    pub async fn account_versions(
+        &self,
+        book: &Book,
+        code: &str,
+        after: i64,
+        limit: u32,
+    ) -> Result<(Account, Vec<AccountVersion>), LedgerError> {
+        let account = self.get_account(book, code).await?;
+        let client = self.client().await?;
+        let versions = storage::terms::list_versions(&client, &account, after, i64::from(limit))
+            .await
+            .map_err(StorageError::into_ledger_error)?;
+        Ok((account, versions))
     }
 
     /// Records the compensating posting of an earlier one (of the same ledger).
@@ -191,6 +275,7 @@ impl Ledger {
         self.writer
             .submit(book.id, caller.to_owned(), Command::Void(valid))
             .await
+            .map(Written::posted)
     }
 
     /// Captures a hold: moves all of it or less, releases the rest, closes it. The writer's
@@ -206,6 +291,7 @@ impl Ledger {
         self.writer
             .submit_capture(book.id, caller.to_owned(), hold, req, accounts)
             .await
+            .map(Written::posted)
     }
 
     /// A posting of `book` by id, as it is now.

@@ -123,6 +123,7 @@ pub async fn create(
                 &[&account.id],
             )
             .await?;
+            super::terms::insert_initial(&tx, &account).await?;
             tx.commit().await?;
             Ok(Created::New(account))
         }

@@ -57,6 +57,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0013_ledgers",
         include_str!("../../../../migrations/0013_ledgers.sql"),
     ),
+    (
+        "0014_account_terms",
+        include_str!("../../../../migrations/0014_account_terms.sql"),
+    ),
 ];
 
 /// Applies every migration not yet applied. Safe to run from several processes at once.

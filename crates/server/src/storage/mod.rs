@@ -13,6 +13,7 @@ pub mod outbox;
 pub mod read;
 pub mod replica;
 pub mod roles;
+pub mod terms;
 pub mod tls;
 
 use std::fmt;

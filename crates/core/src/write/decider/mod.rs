@@ -9,16 +9,17 @@
 //! recorded time (and any effective time after the expiry) shows it.
 
 mod named;
+mod terms;
 
 use crate::account::Metadata;
 use crate::engine::{available_of, AccountState, Effect, Engine, LegEffect, Totals};
 use crate::error::{LedgerError, Reason};
 use crate::ledger;
 use crate::posting::{check_balanced, check_expiry, HoldTerms, Leg, ValidPost};
-use crate::record::{expired_by, CloseKind, Closes, HoldState, PostedLeg, Posting};
+use crate::record::{expired_by, CloseKind, Closes, Done, HoldState, PostedLeg, Posting};
 use crate::write::{
     Command, ExpiringHold, FinalTotals, Outcome, Plan, PlannedLeg, PlannedPosting,
-    PlannedRejection, Snapshot, WriteRequest,
+    PlannedRejection, PlannedVersion, Snapshot, WriteRequest,
 };
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -161,6 +162,7 @@ pub struct Decider<'a> {
     corrupt_accounts: HashMap<i64, LedgerError>,
     base: OffsetDateTime,
     postings: Vec<PlannedPosting>,
+    versions: Vec<PlannedVersion>,
     rejections: Vec<PlannedRejection>,
     /// Postings voided by this batch: target → its void.
     voided_now: HashMap<Uuid, Uuid>,
@@ -206,6 +208,7 @@ impl<'a> Decider<'a> {
             corrupt_accounts,
             base: s.clock.base(),
             postings: Vec::new(),
+            versions: Vec::new(),
             rejections: Vec::new(),
             voided_now: HashMap::new(),
             closed_now: HashMap::new(),
@@ -256,11 +259,12 @@ impl<'a> Decider<'a> {
                 t.held_debits - d,
                 t.held_credits - c,
             );
-            if a.allow_negative || available >= 0 {
+            let floor = self.snapshot.accounts[&id].terms.floor;
+            if floor.is_none_or(|f| available >= f) {
                 return None;
             }
             format!(
-                "below zero, which the account forbids, with {d}/{c} of its holds expired: {t:?}"
+                "below the floor of its terms, with {d}/{c} of its holds expired: {t:?}"
             )
         };
         let row = format!("account {:?}", a.code);
@@ -320,11 +324,16 @@ impl<'a> Decider<'a> {
         r: &WriteRequest,
         key_id: i64,
         id: Uuid,
-    ) -> Result<Posting, Refusal> {
+    ) -> Result<Done, Refusal> {
         self.lapse_due();
-        let decided = self
-            .posting_of(&r.command)
-            .and_then(|new| self.record(r, key_id, id, new));
+        self.engine.at(self.now());
+        let decided = match &r.command {
+            Command::Update(u) => self.update(r, key_id, u).map(Done::Version),
+            c => self
+                .posting_of(c)
+                .and_then(|new| self.record(r, key_id, id, new))
+                .map(Done::Posting),
+        };
         if let Err(Refusal::Bound(e)) = &decided {
             self.rejections.push(PlannedRejection {
                 caller: r.caller.clone(),
@@ -349,11 +358,13 @@ impl<'a> Decider<'a> {
                 {
                     return Err(Refusal::Unbound(e));
                 }
+                self.conditions(&p.conditions)?;
                 Ok(NewPosting::of_post(p))
             }
             Command::Void(v) => self.void(v),
             Command::Capture(c) => self.capture(c),
             Command::Expire(x) => self.expire(x.hold),
+            Command::Update(_) => unreachable!("an update records no posting"),
         }
     }
 
@@ -445,6 +456,7 @@ impl<'a> Decider<'a> {
         if !unbound.is_empty() {
             return Plan {
                 postings: Vec::new(),
+                versions: Vec::new(),
                 rejections: Vec::new(),
                 totals: Vec::new(),
                 base: self.base,
@@ -453,6 +465,11 @@ impl<'a> Decider<'a> {
             };
         }
         let accounts = &self.snapshot.accounts;
+        let versions: HashMap<i64, i64> = self
+            .touched
+            .keys()
+            .map(|id| (*id, self.engine.terms(*id).map_or(1, |t| t.version)))
+            .collect();
         let totals: HashMap<i64, Totals> = self.engine.into_totals();
         let mut totals: Vec<FinalTotals> = self
             .touched
@@ -462,11 +479,13 @@ impl<'a> Decider<'a> {
                 scale: accounts[&id].account.scale,
                 totals: totals[&id],
                 last_sequence,
+                terms_version: versions[&id],
             })
             .collect();
         totals.sort_unstable_by_key(|t| t.account_id);
         Plan {
             postings: self.postings,
+            versions: self.versions,
             rejections: self.rejections,
             totals,
             base: self.base,

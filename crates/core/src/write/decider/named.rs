@@ -19,7 +19,13 @@ impl<'a> Decider<'a> {
     pub(super) fn corrupt(&self, c: &Command) -> Option<LedgerError> {
         let account = |id: &i64| self.corrupt_accounts.get(id);
         let found = match (c, c.target()) {
-            (Command::Post(p), _) => p.legs.iter().find_map(|l| account(&l.account_id)),
+            (Command::Post(p), _) => p
+                .legs
+                .iter()
+                .map(|l| l.account_id)
+                .chain(p.conditions.iter().map(|c| c.account_id))
+                .find_map(|id| account(&id)),
+            (Command::Update(u), _) => account(&u.account_id),
             (Command::Capture(cap), Some(target)) => cap
                 .legs
                 .iter()

@@ -6,6 +6,8 @@ use crate::storage::read::direction_to_sql;
 use crate::storage::StorageError;
 use ledger_core::amount::Amount;
 use ledger_core::ledger::{self, LedgerId};
+use crate::storage::terms::limits_to_json;
+use ledger_core::amount::format_minor;
 use ledger_core::write::{Clock, Plan};
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -42,9 +44,17 @@ const OUTBOX_SQL: &str = "INSERT INTO outbox (sequence, posting_id, created_at)
 
 /// The batch's new totals, one row per account touched.
 const TOTALS_UPDATE_SQL: &str = "UPDATE account_totals t SET debits = u.d::numeric, credits = u.c::numeric, version = u.v, last_sequence = u.s,
-                              held_debits = u.hd::numeric, held_credits = u.hc::numeric
-     FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::text[], $7::text[]) AS u(id, d, c, v, s, hd, hc)
+                              held_debits = u.hd::numeric, held_credits = u.hc::numeric, terms_version = u.tv
+     FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::text[], $7::text[], $8::bigint[]) AS u(id, d, c, v, s, hd, hc, tv)
      WHERE t.account_id = u.id";
+
+/// The batch's new versions of accounts' terms.
+const VERSIONS_SQL: &str = "INSERT INTO account_terms (account_id, terms_version, status, balance_floor, balance_ceiling, debit_limits,
+                                after_sequence, recorded_at, caller, idempotency_key, reason, changed, key_id)
+     SELECT a, v, st, fl::numeric, ce::numeric, dl, af, r, c, k, re, string_to_array(ch, ','), kid
+     FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::jsonb[], $7::bigint[], $8::timestamptz[],
+                 $9::text[], $10::text[], $11::text[], $12::text[], $13::bigint[])
+          AS u(a, v, st, fl, ce, dl, af, r, c, k, re, ch, kid)";
 
 const STATE_UPDATE_SQL: &str =
     "UPDATE ledger_state SET last_sequence = $1, last_recorded_at = $2 WHERE ledger_id = $3";
@@ -103,6 +113,69 @@ struct Columns {
     xd_account: Vec<i64>,
     xd_expires: Vec<OffsetDateTime>,
     xd_hold: Vec<Uuid>,
+    t_terms: Vec<i64>,
+    v: Versions,
+}
+
+/// The columns of the versions insert.
+#[derive(Default)]
+struct Versions {
+    account: Vec<i64>,
+    version: Vec<i64>,
+    status: Vec<&'static str>,
+    floor: Vec<Option<String>>,
+    ceiling: Vec<Option<String>>,
+    limits: Vec<serde_json::Value>,
+    after: Vec<i64>,
+    recorded: Vec<OffsetDateTime>,
+    caller: Vec<String>,
+    key: Vec<String>,
+    reason: Vec<String>,
+    changed: Vec<String>,
+    key_id: Vec<i64>,
+}
+
+impl Versions {
+    fn of(plan: &Plan) -> Versions {
+        let scales: std::collections::HashMap<i64, u8> =
+            plan.totals.iter().map(|t| (t.account_id, t.scale)).collect();
+        let mut v = Versions::default();
+        for p in &plan.versions {
+            let (ver, scale) = (&p.version, scales[&p.version.account_id]);
+            v.account.push(ver.account_id);
+            v.version.push(ver.terms.version);
+            v.status.push(ver.terms.status.as_str());
+            v.floor.push(ver.terms.floor.map(|m| format_minor(m, scale)));
+            v.ceiling.push(ver.terms.ceiling.map(|m| format_minor(m, scale)));
+            v.limits.push(limits_to_json(&ver.terms.debit_limits, scale));
+            v.after.push(ver.after_sequence);
+            v.recorded.push(ver.recorded_at);
+            v.caller.push(ver.caller.clone());
+            v.key.push(ver.idempotency_key.clone());
+            v.reason.push(ver.reason.clone());
+            v.changed.push(ver.changed.join(","));
+            v.key_id.push(p.key_id);
+        }
+        v
+    }
+
+    fn params(&self) -> [&P; 13] {
+        [
+            &self.account,
+            &self.version,
+            &self.status,
+            &self.floor,
+            &self.ceiling,
+            &self.limits,
+            &self.after,
+            &self.recorded,
+            &self.caller,
+            &self.key,
+            &self.reason,
+            &self.changed,
+            &self.key_id,
+        ]
+    }
 }
 
 impl Columns {
@@ -146,6 +219,7 @@ impl Columns {
             }
         }
         c.rejections_and_totals(plan);
+        c.v = Versions::of(plan);
         c
     }
 
@@ -208,6 +282,7 @@ impl Columns {
                 .push(Amount::from_minor(t.totals.held_debits, t.scale).to_string());
             self.t_held_credits
                 .push(Amount::from_minor(t.totals.held_credits, t.scale).to_string());
+            self.t_terms.push(t.terms_version);
         }
     }
 }
@@ -236,7 +311,9 @@ pub async fn write(
         client.prepare_cached(EXPIRING_INSERT_SQL),
         client.prepare_cached(EXPIRING_DELETE_SQL),
     )?;
-    let counts = send(client, &c, plan, clock, st).await?;
+    let versions = client.prepare_cached(VERSIONS_SQL).await?;
+    let counts = send(client, &c, plan, clock, (st, versions)).await?;
+    assert_eq!(counts.versions as usize, plan.versions.len());
     assert_eq!(counts.postings as usize, c.p_seq.len());
     assert_eq!(counts.entries as usize, c.e_seq.len());
     assert_eq!(counts.hold_legs as usize, c.h_seq.len());
@@ -269,6 +346,7 @@ type P = dyn tokio_postgres::types::ToSql + Sync;
 
 /// Rows each statement changed.
 struct Counts {
+    versions: u64,
     postings: u64,
     entries: u64,
     hold_legs: u64,
@@ -291,7 +369,7 @@ async fn maybe(
 }
 
 impl Columns {
-    fn totals_p(&self) -> [&P; 7] {
+    fn totals_p(&self) -> [&P; 8] {
         [
             &self.t_id,
             &self.t_debits,
@@ -300,6 +378,7 @@ impl Columns {
             &self.t_last,
             &self.t_held_debits,
             &self.t_held_credits,
+            &self.t_terms,
         ]
     }
 
@@ -386,19 +465,31 @@ async fn send(
     c: &Columns,
     plan: &Plan,
     clock: &Clock,
-    (postings_st, entries_st, rejections_st, outbox_st, totals_st, state_st, held_st, x_st, xd_st): Statements,
+    (
+        (postings_st, entries_st, rejections_st, outbox_st, totals_st, state_st, held_st, x_st, xd_st),
+        versions_st,
+    ): (Statements, tokio_postgres::Statement),
 ) -> Result<Counts, StorageError> {
     let posts = c.p_seq.len();
     // The batch's ledger: the one whose state row its clock was read from.
     let ledger = ledger::of_sequence(clock.last_sequence);
-    let (last_sequence, last_recorded) = plan.last().unwrap_or((clock.last_sequence, plan.base));
+    // A version takes no sequence, but moves the recorded clock like a posting (a reader
+    // fenced at a time before it never sees it appear later).
+    let (last_sequence, mut last_recorded) =
+        plan.last().unwrap_or((clock.last_sequence, plan.base));
+    if let Some(v) = plan.versions.last() {
+        last_recorded = last_recorded.max(v.version.recorded_at);
+    }
+    let state_rows = posts + plan.versions.len();
+    let versions_p = c.v.params();
     let outbox_p: [&P; 3] = [&c.p_seq, &c.p_id, &plan.base];
     let state_p: [&P; 3] = [&last_sequence, &last_recorded, &ledger];
     let (totals_p, postings_p, entries_p) = (c.totals_p(), c.postings_p(), c.entries_p());
     let (hold_legs_p, rejections_p) = (c.hold_legs_p(), c.rejections_p(&ledger));
     let (expiring_p, unexpiring_p) = (c.expiring_p(), c.unexpiring_p());
-    let (totals, postings, _, _, entries, hold_legs, expiring, _, outbox, _, _) = futures_util::try_join!(
+    let (totals, versions, postings, _, _, entries, hold_legs, expiring, _, outbox, _, _) = futures_util::try_join!(
         maybe(client, c.t_id.len(), &totals_st, &totals_p),
+        maybe(client, plan.versions.len(), &versions_st, &versions_p),
         maybe(client, posts, &postings_st, &postings_p),
         maybe(client, c.xd_account.len(), &xd_st, &unexpiring_p),
         client.batch_execute(GENERIC_PLANS),
@@ -407,10 +498,11 @@ async fn send(
         maybe(client, c.x_account.len(), &x_st, &expiring_p),
         maybe(client, c.r_caller.len(), &rejections_st, &rejections_p),
         maybe(client, posts, &outbox_st, &outbox_p),
-        maybe(client, posts, &state_st, &state_p),
+        maybe(client, state_rows, &state_st, &state_p),
         client.batch_execute("COMMIT")
     )?;
     Ok(Counts {
+        versions,
         postings,
         entries,
         hold_legs,

@@ -168,7 +168,10 @@ const TOTALS_AT: &str = "
     SELECT a.account_id,
            (coalesce(p.debits_after, 0) + coalesce(x.d, 0))::text AS debits,
            (coalesce(p.credits_after, 0) + coalesce(x.c, 0))::text AS credits,
-           coalesce(h.d, 0)::text AS held_debits, coalesce(h.c, 0)::text AS held_credits
+           coalesce(h.d, 0)::text AS held_debits, coalesce(h.c, 0)::text AS held_credits,
+           coalesce(greatest(
+             (SELECT max(e.sequence) FROM entries e WHERE e.account_id = a.account_id AND e.sequence <= $2),
+             (SELECT max(l.sequence) FROM hold_legs l WHERE l.account_id = a.account_id AND l.sequence <= $2)), 0) AS last_sequence
     FROM unnest($3::bigint[]) WITH ORDINALITY AS a(account_id, ord)
     CROSS JOIN bound
     LEFT JOIN LATERAL (
@@ -256,6 +259,7 @@ pub async fn balances(
                     held_credits,
                 ),
                 as_of: *at,
+                last_sequence: r.get("last_sequence"),
             })
         })
         .collect()
