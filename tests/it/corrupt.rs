@@ -259,7 +259,10 @@ async fn a_batch_with_a_void_of_a_corrupt_posting_refuses_that_void_and_commits_
     assert!(refused.message.contains(&format!("sequence {sequence}")));
     for (i, o) in outcomes[1..].iter().enumerate() {
         let d = o.as_ref().unwrap_or_else(|e| panic!("post p{i}: {e}"));
-        assert_eq!(d.posting().unwrap().sequence, sequence as u64 + 1 + i as u64);
+        assert_eq!(
+            d.posting().unwrap().sequence,
+            sequence as u64 + 1 + i as u64
+        );
     }
     let bound: i64 = t
         .db()

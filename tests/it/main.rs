@@ -31,6 +31,7 @@ mod reads;
 mod roles;
 mod rooms;
 mod server_surface;
+mod terms;
 mod throughput;
 mod tidy;
 mod timestamps;

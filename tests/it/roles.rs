@@ -57,8 +57,8 @@ async fn the_service_cannot_become_the_owner_nor_disable_or_drop_the_journals_tr
         .unwrap()
         .get(0);
     assert_eq!(
-        enabled, 7,
-        "every append-only trigger (the journal's six tables and ledgers) is still there and enabled"
+        enabled, 8,
+        "every append-only trigger (the journal's six tables, ledgers and account_terms) is still there and enabled"
     );
 }
 

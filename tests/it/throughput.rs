@@ -41,7 +41,8 @@ async fn a_batch_answers_its_accepted_rejected_and_duplicate_postings_each_on_th
     let duplicate = out[2].as_ref().expect("duplicate in the batch answered");
     assert!(duplicate.replayed);
     assert_eq!(
-        duplicate.posting(), accepted.posting(),
+        duplicate.posting(),
+        accepted.posting(),
         "answered from the first"
     );
     let earlier = out[3].as_ref().expect("earlier key answered");

@@ -11,7 +11,7 @@ use ledger_server::grpc::pb;
 use ledger_server::grpc::pb::Direction::{Credit as C, Debit as D};
 use ledger_server::storage::migrate::MIGRATIONS;
 
-/// The inverse of 0013 on a database that holds only the ledger `default`.
+/// The inverse of 0014 and 0013 on a database that holds only the ledger `default`.
 fn downgrade_sql() -> String {
     let sql = |v: &str| MIGRATIONS.iter().find(|(n, _)| n.starts_with(v)).unwrap().1;
     let outbox = sql("0002");
@@ -21,7 +21,13 @@ fn downgrade_sql() -> String {
     let end = start + outbox[start..].find("END $$;").unwrap() + "END $$;".len();
     let delete_rule = outbox[start..end].replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION");
     format!(
-        "DROP SCHEMA ledger_scope CASCADE;
+        "DROP TABLE account_terms CASCADE;
+         ALTER TABLE account_totals DROP COLUMN terms_version;
+         ALTER TABLE idempotency_keys DROP CONSTRAINT idempotency_keys_operation_check;
+         ALTER TABLE idempotency_keys ADD CONSTRAINT idempotency_keys_operation_check
+           CHECK (operation IN ('post', 'void', 'capture', 'expire'));
+         DELETE FROM schema_migrations WHERE version = '0014_account_terms';
+         DROP SCHEMA ledger_scope CASCADE;
          DROP FUNCTION ledger_published_sequence(integer);
          {published}
          {delete_rule}
@@ -86,7 +92,7 @@ async fn schema_of(db: &tokio_postgres::Client) -> Vec<String> {
     lines
 }
 
-/// Every row of the journal's tables, as JSON without the columns 0013 added.
+/// Every row of the journal's tables, as JSON without the columns 0013 and 0014 added.
 async fn rows_of(db: &tokio_postgres::Client) -> Vec<String> {
     let tables = [
         "accounts",
@@ -103,7 +109,7 @@ async fn rows_of(db: &tokio_postgres::Client) -> Vec<String> {
     ];
     let mut all = Vec::new();
     for t in tables {
-        let q = format!("SELECT t.tableoid::regclass || ' ' || (to_jsonb(t) - 'ledger_id')::text FROM {t} t ORDER BY 1");
+        let q = format!("SELECT t.tableoid::regclass || ' ' || (to_jsonb(t) - 'ledger_id' - 'terms_version')::text FROM {t} t ORDER BY 1");
         all.extend(
             db.query(&q, &[])
                 .await

@@ -162,6 +162,14 @@ async fn call_in_batch(
         "metadata.key" => (post(|r| r.metadata = meta(NUL, "v")), "INVALID_FIELD"),
         "metadata.value" => (post(|r| r.metadata = meta("k", NUL)), "INVALID_FIELD"),
         "ledger" => (post(|r| r.ledger = NUL.into()), "INVALID_FIELD"),
+        "conditions.account" => (
+            post(|r| r.conditions = condition(NUL, None)),
+            "INVALID_ACCOUNT_CODE",
+        ),
+        "conditions.available_at_least" => (
+            post(|r| r.conditions = condition("acct:0", Some(NUL))),
+            "INVALID_AMOUNT",
+        ),
         other => panic!("no row for PostBatch.requests.{other}: add one to this table"),
     };
     let batch = pb::PostBatchRequest {
@@ -176,6 +184,115 @@ async fn call_in_batch(
         Err(s) => Err(s),
     };
     (result, invalid, reason)
+}
+
+/// A condition on `account`: its available balance at least `amount`, or its last posting.
+fn condition(account: &str, amount: Option<&str>) -> Vec<pb::Condition> {
+    use pb::condition::Check;
+    vec![pb::Condition {
+        account: account.into(),
+        check: Some(amount.map_or(Check::LastSequence(0), |a| {
+            Check::AvailableAtLeast(a.into())
+        })),
+    }]
+}
+
+/// An update of `acct:0` from version 1 naming every field, edited by `f`.
+fn update(f: impl FnOnce(&mut pb::UpdateAccountRequest)) -> pb::UpdateAccountRequest {
+    let mut r = pb::UpdateAccountRequest {
+        idempotency_key: "u".into(),
+        code: "acct:0".into(),
+        expected_version: 1,
+        update_mask: Some(prost_types::FieldMask {
+            paths: ["status", "balance_floor", "balance_ceiling", "debit_limits"]
+                .map(String::from)
+                .to_vec(),
+        }),
+        status: pb::AccountStatus::Open as i32,
+        balance_floor: "0".into(),
+        balance_ceiling: "10".into(),
+        debit_limits: vec![pb::DebitLimit {
+            amount: "1".into(),
+            window_seconds: 60,
+        }],
+        reason: "why".into(),
+        ledger: String::new(),
+    };
+    f(&mut r);
+    r
+}
+
+/// The account-version RPCs' and conditions' string fields with a NUL, and the answer each
+/// must get.
+async fn call_account_rpc(
+    c: &mut Client,
+    field: &str,
+) -> Option<(Result<(), tonic::Status>, Code, &'static str)> {
+    let versions = |f: &dyn Fn(&mut pb::ListAccountVersionsRequest)| {
+        let mut r = pb::ListAccountVersionsRequest {
+            code: "acct:0".into(),
+            ..Default::default()
+        };
+        f(&mut r);
+        r
+    };
+    let (result, reason) = match field {
+        "UpdateAccount.idempotency_key" => (
+            ok(c.update_account(update(|r| r.idempotency_key = NUL.into()))
+                .await),
+            "IDEMPOTENCY_KEY_REQUIRED",
+        ),
+        "UpdateAccount.code" => (
+            ok(c.update_account(update(|r| r.code = NUL.into())).await),
+            "INVALID_ACCOUNT_CODE",
+        ),
+        "UpdateAccount.balance_floor" => (
+            ok(c.update_account(update(|r| r.balance_floor = NUL.into()))
+                .await),
+            "INVALID_AMOUNT",
+        ),
+        "UpdateAccount.balance_ceiling" => (
+            ok(c.update_account(update(|r| r.balance_ceiling = NUL.into()))
+                .await),
+            "INVALID_AMOUNT",
+        ),
+        "UpdateAccount.debit_limits.amount" => (
+            ok(
+                c.update_account(update(|r| r.debit_limits[0].amount = NUL.into()))
+                    .await,
+            ),
+            "INVALID_AMOUNT",
+        ),
+        "UpdateAccount.reason" => (
+            ok(c.update_account(update(|r| r.reason = NUL.into())).await),
+            "INVALID_FIELD",
+        ),
+        "ListAccountVersions.code" => (
+            ok(c.list_account_versions(versions(&|r| r.code = NUL.into()))
+                .await),
+            "INVALID_ACCOUNT_CODE",
+        ),
+        "ListAccountVersions.page_token" => (
+            ok(
+                c.list_account_versions(versions(&|r| r.page_token = NUL.into()))
+                    .await,
+            ),
+            "INVALID_PAGE_TOKEN",
+        ),
+        "Post.conditions.account" => (
+            ok(c.post(post(|r| r.conditions = condition(NUL, None))).await),
+            "INVALID_ACCOUNT_CODE",
+        ),
+        "Post.conditions.available_at_least" => (
+            ok(
+                c.post(post(|r| r.conditions = condition("acct:0", Some(NUL))))
+                    .await,
+            ),
+            "INVALID_AMOUNT",
+        ),
+        _ => return None,
+    };
+    Some((result, Code::InvalidArgument, reason))
 }
 
 /// A request of `rpc` naming a ledger with a NUL in its code: refused before any lookup.
@@ -198,6 +315,14 @@ async fn call_in_nul_ledger(c: &mut Client, rpc: &str) -> Result<(), tonic::Stat
         "ListAccounts" => ok(c
             .list_accounts(pb::ListAccountsRequest {
                 ledger: ledger(),
+                ..Default::default()
+            })
+            .await),
+        "UpdateAccount" => ok(c.update_account(update(|r| r.ledger = ledger())).await),
+        "ListAccountVersions" => ok(c
+            .list_account_versions(pb::ListAccountVersionsRequest {
+                ledger: ledger(),
+                code: "acct:0".into(),
                 ..Default::default()
             })
             .await),
@@ -302,6 +427,9 @@ async fn call(t: &TestLedger, field: &str) -> (Result<(), tonic::Status>, Code, 
         return (result, Code::InvalidArgument, "INVALID_FIELD");
     }
     if let Some(answer) = call_ledger_rpc(&mut c, field).await {
+        return answer;
+    }
+    if let Some(answer) = call_account_rpc(&mut c, field).await {
         return answer;
     }
     let (result, code, reason) = match field {

@@ -17,7 +17,9 @@ use super::amount::format_minor;
 use super::error::{LedgerError, Reason};
 use super::limits::MAX_TOTAL_MINOR;
 use super::posting::Leg;
-use super::terms::{AccountStatus, DebitLimit, Terms};
+use super::terms::{
+    ceiling_exceeded, limit_exceeded, AccountStatus, DebitLimit, DebitWindow, Terms,
+};
 use std::collections::HashMap;
 use time::{Duration, OffsetDateTime};
 
@@ -123,31 +125,6 @@ impl AccountState {
             last_sequence: 0,
             windows: Vec::new(),
         }
-    }
-}
-
-/// What a debit limit over a window of `window_seconds` needs of an account's journal for a
-/// batch: its total debits recorded at or before a cut-off no later than the batch's first
-/// time less the window, and its debit legs recorded after that cut-off but at or before the
-/// batch's last possible time less the window (in recorded order). The debits of the window
-/// (t − window, t] of any time t of the batch are then its debits now less these.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DebitWindow {
-    pub window_seconds: u32,
-    pub debits_before: i128,
-    pub edge: Vec<(OffsetDateTime, i128)>,
-}
-
-impl DebitWindow {
-    /// The debits recorded at or before `cut` (within what the window was loaded for).
-    fn debits_until(&self, cut: OffsetDateTime) -> i128 {
-        self.debits_before
-            + self
-                .edge
-                .iter()
-                .take_while(|(at, _)| *at <= cut)
-                .map(|(_, m)| m)
-                .sum::<i128>()
     }
 }
 
@@ -526,52 +503,6 @@ impl Engine {
         let (lapsed_d, _) = self.lapsed.get(&id).copied().unwrap_or_default();
         Ok(t.debits - window.debits_until(cut) + t.held_debits - lapsed_d)
     }
-}
-
-/// The refusal of a posting that would take `a`'s balance (with the holds that would raise
-/// it) from `before` to `after`, above its ceiling.
-pub fn ceiling_exceeded(a: &Account, ceiling: i128, before: i128, after: i128) -> LedgerError {
-    LedgerError::new(
-        Reason::BalanceCeilingExceeded,
-        format!(
-            "account {} has a balance ceiling of {c} {cur}; its balance with the open holds that would raise it is {} {cur}, and this would make it {} {cur}",
-            a.code,
-            format_minor(before, a.scale),
-            format_minor(after, a.scale),
-            c = format_minor(ceiling, a.scale),
-            cur = a.currency,
-        ),
-    )
-    .with("account", &a.code)
-    .with("limit", "balance_ceiling")
-}
-
-/// The refusal of a posting that would debit `a` by `more` past its limit `i`, with `used`
-/// of it used.
-fn limit_exceeded(
-    a: &Account,
-    i: usize,
-    limit: &DebitLimit,
-    used: i128,
-    more: i128,
-) -> LedgerError {
-    let left = (limit.amount - used).max(0);
-    LedgerError::new(
-        Reason::DebitLimitExceeded,
-        format!(
-            "account {} has a debit limit (debit_limits[{i}]) of {} {cur} per {} s; {} {cur} is left in the window ending now (debits recorded in it and open holds count), and this posting debits {} {cur}",
-            a.code,
-            format_minor(limit.amount, a.scale),
-            limit.window_seconds,
-            format_minor(left, a.scale),
-            format_minor(more, a.scale),
-            cur = a.currency,
-        ),
-    )
-    .with("account", &a.code)
-    .with("limit", format!("debit_limits[{i}]"))
-    .with("left", format_minor(left, a.scale))
-    .with("window_seconds", limit.window_seconds)
 }
 
 /// The refusal of a posting that would take `rule`'s account's available balance below its

@@ -2,7 +2,6 @@
 
 use super::account::{Direction, Metadata};
 use super::amount::Amount;
-use super::terms::AccountVersion;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -257,48 +256,4 @@ pub struct CurrencyTotal {
 pub struct Decided {
     pub posting: Posting,
     pub replayed: bool,
-}
-
-/// What a write recorded: a posting, or a version of an account's terms.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Done {
-    Posting(Posting),
-    Version(AccountVersion),
-}
-
-/// The answer to any write request: what it recorded, and whether an earlier request did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Written {
-    pub done: Done,
-    pub replayed: bool,
-}
-
-impl Written {
-    /// The posting recorded, if it is one.
-    pub fn posting(&self) -> Option<&Posting> {
-        match &self.done {
-            Done::Posting(p) => Some(p),
-            Done::Version(_) => None,
-        }
-    }
-
-    /// The answer to a request that records a posting (a post, void, capture or expiry).
-    /// A version there is the writer's own bug: the key's operation decides which it is.
-    pub fn posted(self) -> Decided {
-        match self.done {
-            Done::Posting(posting) => Decided {
-                posting,
-                replayed: self.replayed,
-            },
-            Done::Version(_) => panic!("a posting request was answered with an account version"),
-        }
-    }
-
-    /// The answer to an update; a posting there is the writer's own bug.
-    pub fn updated(self) -> (AccountVersion, bool) {
-        match self.done {
-            Done::Version(v) => (v, self.replayed),
-            Done::Posting(_) => panic!("an account update was answered with a posting"),
-        }
-    }
 }

@@ -23,7 +23,9 @@ mod round;
 mod snapshot;
 
 pub use admit::{admit, named_by, NamedPostings, PendingCapture, Queued};
-pub use command::{distinct_keys, Command, Operation, Outcome, ValidExpire, WriteRequest};
+pub use command::{
+    distinct_keys, Command, Done, Operation, Outcome, ValidExpire, WriteRequest, Written,
+};
 pub use plan::{FinalTotals, Plan, PlannedLeg, PlannedPosting, PlannedRejection, PlannedVersion};
 pub use round::Rounds;
 pub use snapshot::{
@@ -32,7 +34,7 @@ pub use snapshot::{
 
 use crate::error::{LedgerError, Reason};
 use crate::posting::Fingerprint;
-use crate::record::{Done, Written};
+
 use decider::{Decider, Refusal};
 use std::collections::HashMap;
 use uuid::Uuid;

@@ -969,7 +969,11 @@ fn check_outcomes(
                 if n == ids.len() {
                     ids.push(d.posting().expect("a posting").posting_id);
                 }
-                prop_assert_eq!(d.posting().expect("a posting").posting_id, ids[n], "the model's posting");
+                prop_assert_eq!(
+                    d.posting().expect("a posting").posting_id,
+                    ids[n],
+                    "the model's posting"
+                );
                 prop_assert_eq!(d.replayed, replayed);
             }
             (Err(e), Err(r)) => prop_assert_eq!(e.reason, r, "{}", e),

@@ -6,7 +6,7 @@ use crate::account::{Account, Metadata, NormalBalance};
 use crate::amount::Amount;
 use crate::engine::Totals;
 use crate::posting::{LegRequest, PostRequest, VoidRequest};
-use crate::record::{CloseKind, Closes, Posting, PostedLeg};
+use crate::record::{CloseKind, Closes, PostedLeg, Posting};
 use time::Duration;
 use time::OffsetDateTime;
 

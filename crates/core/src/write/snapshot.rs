@@ -1,12 +1,13 @@
 //! What storage loads for a batch's decision, under the ledger's write lock.
 
+use super::command::Done;
 use super::command::Operation;
 use crate::account::Direction;
 use crate::amount::Amount;
 pub use crate::engine::AccountState;
 use crate::error::LedgerError;
 use crate::posting::Fingerprint;
-use crate::record::{Done, Posting};
+use crate::record::Posting;
 use std::collections::HashMap;
 use time::OffsetDateTime;
 use uuid::Uuid;

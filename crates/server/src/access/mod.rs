@@ -31,9 +31,11 @@ use tonic::Code;
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The methods of `ledger.v1.Ledger` (metric labels are only ever one of these or `unknown`).
-pub const METHODS: [&str; 15] = [
+pub const METHODS: [&str; 17] = [
     "CreateAccount",
     "GetAccount",
+    "UpdateAccount",
+    "ListAccountVersions",
     "ListAccounts",
     "Post",
     "PostBatch",

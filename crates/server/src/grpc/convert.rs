@@ -6,10 +6,10 @@ use ledger_core::amount::format_minor;
 use ledger_core::hold::CaptureRequest;
 use ledger_core::posting::{Check, ConditionRequest, LegRequest, PostRequest, VoidRequest};
 use ledger_core::record::{
-    AppliedAsOf, AsOf, Balance, CloseKind, CurrencyTotal, Entry, HoldStatus, Posting,
-    PostingKind, Written,
+    AppliedAsOf, AsOf, Balance, CloseKind, CurrencyTotal, Entry, HoldStatus, Posting, PostingKind,
 };
 use ledger_core::terms::{AccountStatus, AccountVersion, UpdateRequest};
+use ledger_core::write::Written;
 use ledger_core::{Account, Direction, LedgerError, NormalBalance, Reason};
 use prost_types::Timestamp;
 use time::OffsetDateTime;

@@ -165,8 +165,8 @@ mod tests {
         };
         let ledger = "l".repeat(ledger_core::limits::MAX_LEDGER_CODE_CHARS);
         let ok = batch_result_to_pb(
-            Ok(ledger_core::record::Written {
-                done: ledger_core::record::Done::Posting(posting),
+            Ok(ledger_core::write::Written {
+                done: ledger_core::write::Done::Posting(posting),
                 replayed: true,
             }),
             &ledger,

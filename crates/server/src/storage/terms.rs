@@ -23,7 +23,8 @@ const VERSION_COLUMNS: &str =
 pub(crate) fn terms_from_row(row: &Row, a: &Account) -> Result<Terms, StorageError> {
     let corrupt = |e: String| StorageError::corrupt_account(&a.code, format!("terms: {e}"));
     let status: &str = row.get("status");
-    let status = AccountStatus::parse(status).ok_or_else(|| corrupt(format!("status {status:?}")))?;
+    let status =
+        AccountStatus::parse(status).ok_or_else(|| corrupt(format!("status {status:?}")))?;
     let amount = |col: &str| -> Result<Option<i128>, StorageError> {
         row.get::<_, Option<&str>>(col)
             .map(|t| parse_stored(t, a.scale).map_err(|e| corrupt(format!("{col}: {e}"))))

@@ -16,9 +16,9 @@ use crate::engine::{available_of, AccountState, Effect, Engine, LegEffect, Total
 use crate::error::{LedgerError, Reason};
 use crate::ledger;
 use crate::posting::{check_balanced, check_expiry, HoldTerms, Leg, ValidPost};
-use crate::record::{expired_by, CloseKind, Closes, Done, HoldState, PostedLeg, Posting};
+use crate::record::{expired_by, CloseKind, Closes, HoldState, PostedLeg, Posting};
 use crate::write::{
-    Command, ExpiringHold, FinalTotals, Outcome, Plan, PlannedLeg, PlannedPosting,
+    Command, Done, ExpiringHold, FinalTotals, Outcome, Plan, PlannedLeg, PlannedPosting,
     PlannedRejection, PlannedVersion, Snapshot, WriteRequest,
 };
 use std::cmp::Reverse;
@@ -263,9 +263,7 @@ impl<'a> Decider<'a> {
             if floor.is_none_or(|f| available >= f) {
                 return None;
             }
-            format!(
-                "below the floor of its terms, with {d}/{c} of its holds expired: {t:?}"
-            )
+            format!("below the floor of its terms, with {d}/{c} of its holds expired: {t:?}")
         };
         let row = format!("account {:?}", a.code);
         Some(LedgerError::journal_corrupt(&row, None, &why).with("account", &a.code))
@@ -319,12 +317,7 @@ impl<'a> Decider<'a> {
 
     /// Decides a request whose key this batch claimed: a posting, or its refusal (bound to
     /// the key, which the plan records, or unbound).
-    pub fn decide_new(
-        &mut self,
-        r: &WriteRequest,
-        key_id: i64,
-        id: Uuid,
-    ) -> Result<Done, Refusal> {
+    pub fn decide_new(&mut self, r: &WriteRequest, key_id: i64, id: Uuid) -> Result<Done, Refusal> {
         self.lapse_due();
         self.engine.at(self.now());
         let decided = match &r.command {

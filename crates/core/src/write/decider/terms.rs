@@ -5,10 +5,11 @@
 use super::{Decider, Refusal};
 use crate::account::Account;
 use crate::amount::format_minor;
-use crate::engine::{ceiling_exceeded, insufficient};
+use crate::engine::insufficient;
 use crate::error::{LedgerError, Reason};
 use crate::ledger;
 use crate::posting::{Check, Condition};
+use crate::terms::ceiling_exceeded;
 use crate::terms::{AccountStatus, AccountVersion, Terms, ValidUpdate};
 use crate::write::{PlannedVersion, WriteRequest};
 
@@ -32,7 +33,11 @@ impl Decider<'_> {
             return Err(Refusal::Bound(closed(&account.code)));
         }
         if terms.version != u.expected_version {
-            return Err(Refusal::Bound(mismatch(&account.code, terms.version, u.expected_version)));
+            return Err(Refusal::Bound(mismatch(
+                &account.code,
+                terms.version,
+                u.expected_version,
+            )));
         }
         let next = u.change.apply(terms);
         self.fits(&account, &next).map_err(Refusal::Bound)?;
@@ -107,7 +112,11 @@ impl Decider<'_> {
             let a = &state.account;
             let failed = match c.check {
                 Check::LastSequence(n) => {
-                    let stored = self.touched.get(&c.account_id).copied().unwrap_or(state.last_sequence);
+                    let stored = self
+                        .touched
+                        .get(&c.account_id)
+                        .copied()
+                        .unwrap_or(state.last_sequence);
                     let last = ledger::in_ledger(stored) as u64;
                     (last != n).then(|| format!("its last posting is sequence {last}, not {n}"))
                 }

@@ -1,22 +1,22 @@
 //! The load step: the batch's transaction up to the snapshot its decision needs.
 
+use super::terms::{versions_by_key, windows, Named, WINDOWS_SQL};
 use super::{BEGIN_SQL, CUSTOM_PLANS};
 use crate::storage::accounts::{get_or_load, Found};
 use crate::storage::read::{
     direction_from_sql, postings_by_sequence, stored_rejection, with_state, TARGET_STATES_SQL,
 };
-use crate::storage::terms::{keyed_version, terms_from_row, VERSION_BY_KEY_SQL};
+use crate::storage::terms::terms_from_row;
 use crate::storage::{StorageError, LEDGER_LOCK_CLASS};
 use ledger_core::account::{Account, AccountCache};
 use ledger_core::amount::{parse_stored, Amount};
-use ledger_core::engine::{DebitWindow, Totals};
+use ledger_core::engine::Totals;
 use ledger_core::ledger::LedgerId;
 use ledger_core::posting::Fingerprint;
-use ledger_core::record::{Done, Posting};
-use ledger_core::terms::AccountVersion;
+use ledger_core::record::Posting;
 use ledger_core::write::{
-    distinct_keys, AccountState, Clock, Command, ExpiringHold, HeldLeg, KeyState, NamedPostings,
-    Operation, Snapshot, StoredDecision, WriteRequest,
+    distinct_keys, AccountState, Clock, Command, Done, ExpiringHold, HeldLeg, KeyState,
+    NamedPostings, Operation, Snapshot, StoredDecision, WriteRequest,
 };
 use ledger_core::LedgerError;
 use std::collections::HashMap;
@@ -61,44 +61,6 @@ const TOTALS_SQL: &str =
             v.balance_ceiling::text AS balance_ceiling, v.debit_limits
      FROM unnest($1::bigint[]) AS x(id) JOIN account_totals t ON t.account_id = x.id
      LEFT JOIN account_terms v ON v.account_id = t.account_id AND v.terms_version = t.terms_version";
-
-/// What the debit limits of the batch's accounts need (`ledger_core::engine::DebitWindow`),
-/// per account and distinct window of the limits in force: the account's debits recorded at
-/// or before the earliest time the batch can record at less the window (the later of the
-/// transaction's start and the last batch), and its debit legs after that up to the latest
-/// time less the window (as in [`EXPIRING_SQL`]). Two probes of `postings (ledger_id,
-/// recorded_at)` find the sequences there, one of `entries (account_id, sequence)` the
-/// debits before, a range of it the legs between: nothing scans the account's history.
-const WINDOWS_SQL: &str = "WITH h AS (
-        SELECT greatest(transaction_timestamp(), last_recorded_at) AS lo,
-               greatest(clock_timestamp(), last_recorded_at) + ($2::bigint + 1) * interval '1 microsecond' AS hi
-        FROM ledger_state WHERE ledger_id = $3),
-     w AS (
-        SELECT DISTINCT x.id, (l->>'window_seconds')::bigint AS secs
-        FROM unnest($1::bigint[]) AS x(id)
-        JOIN account_totals t ON t.account_id = x.id
-        JOIN account_terms v ON v.account_id = x.id AND v.terms_version = t.terms_version
-        CROSS JOIN LATERAL jsonb_array_elements(v.debit_limits) l),
-     c AS (
-        SELECT w.id, w.secs,
-          (SELECT p.sequence FROM postings p WHERE p.ledger_id = $3
-             AND p.recorded_at <= h.lo - w.secs * interval '1 second'
-           ORDER BY p.recorded_at DESC LIMIT 1) AS lo_seq,
-          (SELECT p.sequence FROM postings p WHERE p.ledger_id = $3
-             AND p.recorded_at <= h.hi - w.secs * interval '1 second'
-           ORDER BY p.recorded_at DESC LIMIT 1) AS hi_seq
-        FROM h CROSS JOIN w)
-     SELECT c.id AS account_id, c.secs,
-       coalesce((SELECT e.debits_after::text FROM entries e
-                 WHERE e.account_id = c.id AND e.sequence <= c.lo_seq
-                 ORDER BY e.sequence DESC LIMIT 1), '0') AS debits_before,
-       ARRAY(SELECT e.recorded_at FROM entries e
-             WHERE e.account_id = c.id AND e.sequence > coalesce(c.lo_seq, 0)
-               AND e.sequence <= c.hi_seq AND e.direction = 'D' ORDER BY e.sequence) AS edge_at,
-       ARRAY(SELECT e.amount::text FROM entries e
-             WHERE e.account_id = c.id AND e.sequence > coalesce(c.lo_seq, 0)
-               AND e.sequence <= c.hi_seq AND e.direction = 'D' ORDER BY e.sequence) AS edge_amount
-     FROM c";
 
 /// The accounts whose rules the cache does not hold yet (sent only when there are any).
 const ACCOUNTS_SQL: &str = "SELECT a.account_id, a.ledger_id, a.code, a.currency, a.scale, a.normal_balance, a.allow_negative, a.metadata, a.created_at
@@ -175,7 +137,7 @@ pub async fn load(
         .collect();
     let (targets_now, corrupt_targets) = targets_now(targets, &new_voids, &first.targets);
     found.totals(&ids, &first.totals);
-    found.windows(&first.windows);
+    windows(&mut found.states, &mut found.corrupt, &first.windows);
     let expiring = found.expiring(&first.expiring);
     Ok(Snapshot {
         clock,
@@ -272,29 +234,18 @@ async fn first_round_trip(
     cache: &RwLock<AccountCache>,
     voids: &[Uuid],
 ) -> Result<(FirstRows, Found<i64>), StorageError> {
-    let (lock_st, state_st, claim_st, totals_st, accounts_st, targets_st, expiring_st, windows_st) = futures_util::try_join!(
-        client.prepare_cached("SELECT pg_advisory_xact_lock($1, $2)"),
-        client.prepare_cached(STATE_SQL),
-        client.prepare_cached(CLAIM_SQL),
-        client.prepare_cached(TOTALS_SQL),
-        client.prepare_cached(ACCOUNTS_SQL),
-        client.prepare_cached(TARGET_STATES_SQL),
-        client.prepare_cached(EXPIRING_SQL),
-        client.prepare_cached(WINDOWS_SQL),
-    )?;
-    let callers: Vec<&str> = firsts
-        .iter()
-        .map(|&i| requests[i].caller.as_str())
-        .collect();
-    let keys: Vec<&str> = firsts.iter().map(|&i| requests[i].command.key()).collect();
-    let ops: Vec<&str> = firsts
-        .iter()
-        .map(|&i| requests[i].command.operation().as_str())
-        .collect();
-    let fps: Vec<&[u8]> = firsts
-        .iter()
-        .map(|&i| requests[i].command.fingerprint().as_slice())
-        .collect();
+    let (lock_st, state_st, claim_st, totals_st, accounts_st, targets_st, expiring_st, windows_st) =
+        futures_util::try_join!(
+            client.prepare_cached("SELECT pg_advisory_xact_lock($1, $2)"),
+            client.prepare_cached(STATE_SQL),
+            client.prepare_cached(CLAIM_SQL),
+            client.prepare_cached(TOTALS_SQL),
+            client.prepare_cached(ACCOUNTS_SQL),
+            client.prepare_cached(TARGET_STATES_SQL),
+            client.prepare_cached(EXPIRING_SQL),
+            client.prepare_cached(WINDOWS_SQL),
+        )?;
+    let (callers, keys, ops, fps) = claim_columns(requests, firsts);
     let claim_params: [&(dyn ToSql + Sync); 5] = [&callers, &keys, &ops, &fps, &ledger];
     let accounts = get_or_load(cache, others, |missing| async move {
         Ok(client.query(&accounts_st, &[&missing]).await?)
@@ -333,6 +284,26 @@ async fn first_round_trip(
         windows,
     };
     Ok((rows, accounts))
+}
+
+/// The claim's columns: each distinct key's caller, key, operation and fingerprint.
+fn claim_columns<'a>(
+    requests: &'a [WriteRequest],
+    firsts: &[usize],
+) -> (Vec<&'a str>, Vec<&'a str>, Vec<&'static str>, Vec<&'a [u8]>) {
+    let r = |i: &usize| &requests[*i];
+    (
+        firsts.iter().map(|i| r(i).caller.as_str()).collect(),
+        firsts.iter().map(|i| r(i).command.key()).collect(),
+        firsts
+            .iter()
+            .map(|i| r(i).command.operation().as_str())
+            .collect(),
+        firsts
+            .iter()
+            .map(|i| r(i).command.fingerprint().as_slice())
+            .collect(),
+    )
 }
 
 fn clock_of(state: &Row) -> Clock {
@@ -424,46 +395,23 @@ async fn key_states(
         .collect())
 }
 
-/// The versions recorded under the keys of decision rows whose operation is an update, by
-/// key number (one more round trip, only when there are any).
-async fn versions_by_key(
-    client: &deadpool_postgres::Client,
-    rows: &[Row],
-) -> Result<HashMap<i64, Result<AccountVersion, LedgerError>>, StorageError> {
-    let keys: Vec<i64> = rows
-        .iter()
-        .filter(|r| r.get::<_, &str>("operation") == Operation::Update.as_str())
-        .map(|r| r.get("key_id"))
-        .collect();
-    if keys.is_empty() {
-        return Ok(HashMap::new());
-    }
-    let st = client.prepare_cached(VERSION_BY_KEY_SQL).await?;
-    let found = client.query(&st, &[&keys]).await?;
-    let mut out = HashMap::new();
-    for r in &found {
-        let key_id: i64 = r.get("key_id");
-        out.insert(key_id, keyed_version(r).map(|(_, v)| v).map_err(|e| e.into_ledger_error()));
-    }
-    Ok(out)
-}
-
-/// What decided keys' rows name, loaded.
-struct Named<'a> {
-    postings: &'a mut HashMap<i64, Posting>,
-    bad: &'a mut HashMap<i64, LedgerError>,
-    versions: &'a mut HashMap<i64, Result<AccountVersion, LedgerError>>,
-}
-
 /// A key's stored decision, or the refusal when it cannot be read.
 fn stored_decision(row: &Row, key: &str, found: Named) -> KeyState {
     let key_id: i64 = row.get("key_id");
-    let outcome = match (row.get::<_, Option<i64>>("sequence"), found.versions.remove(&key_id)) {
+    let outcome = match (
+        row.get::<_, Option<i64>>("sequence"),
+        found.versions.remove(&key_id),
+    ) {
         (_, Some(Err(e))) => return KeyState::Unreadable(e),
         (_, Some(Ok(v))) => Ok(Done::Version(v)),
         (Some(seq), None) => match found.bad.get(&seq) {
             Some(e) => return KeyState::Unreadable(e.clone()),
-            None => Ok(Done::Posting(found.postings.remove(&seq).expect("replayed posting loaded"))),
+            None => Ok(Done::Posting(
+                found
+                    .postings
+                    .remove(&seq)
+                    .expect("replayed posting loaded"),
+            )),
         },
         (None, None) => match stored_rejection(
             key,
@@ -607,42 +555,6 @@ impl Accounts {
 }
 
 impl Accounts {
-    /// What the debit limits need, from the [`WINDOWS_SQL`] rows; a row that cannot be read
-    /// makes the account corrupt.
-    fn windows(&mut self, rows: &[Row]) {
-        for r in rows {
-            let id: i64 = r.get("account_id");
-            let Some(state) = self.states.get_mut(&id) else {
-                continue;
-            };
-            let scale = state.account.scale;
-            let window = (|| -> Result<DebitWindow, String> {
-                let amounts: Vec<String> = r.get("edge_amount");
-                let at: Vec<time::OffsetDateTime> = r.get("edge_at");
-                let edge = at
-                    .into_iter()
-                    .zip(&amounts)
-                    .map(|(t, m)| parse_stored(m, scale).map(|m| (t, m)))
-                    .collect::<Result<_, _>>()?;
-                Ok(DebitWindow {
-                    window_seconds: u32::try_from(r.get::<_, i64>("secs"))
-                        .map_err(|e| e.to_string())?,
-                    debits_before: parse_stored(r.get("debits_before"), scale)?,
-                    edge,
-                })
-            })();
-            match window {
-                Ok(w) => state.windows.push(w),
-                Err(e) => {
-                    let code = state.account.code.clone();
-                    self.states.remove(&id);
-                    let e = StorageError::corrupt_account(&code, format!("debit window: {e}"));
-                    self.corrupt.insert(id, e.into_ledger_error());
-                }
-            }
-        }
-    }
-
     /// The due holds from their [`EXPIRING_SQL`] rows (each account's in expiry order), in
     /// expiry order. A row that cannot be read makes the account corrupt (legs beyond what the
     /// account holds are `decide`'s to refuse).

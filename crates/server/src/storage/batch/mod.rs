@@ -25,6 +25,7 @@
 //! [`Snapshot`]: ledger_core::write::Snapshot
 
 mod load;
+mod terms;
 mod write;
 
 pub use load::load;

@@ -3,11 +3,11 @@
 use super::GENERIC_PLANS;
 use crate::storage::accounts::metadata_to_json;
 use crate::storage::read::direction_to_sql;
+use crate::storage::terms::limits_to_json;
 use crate::storage::StorageError;
+use ledger_core::amount::format_minor;
 use ledger_core::amount::Amount;
 use ledger_core::ledger::{self, LedgerId};
-use crate::storage::terms::limits_to_json;
-use ledger_core::amount::format_minor;
 use ledger_core::write::{Clock, Plan};
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -137,17 +137,23 @@ struct Versions {
 
 impl Versions {
     fn of(plan: &Plan) -> Versions {
-        let scales: std::collections::HashMap<i64, u8> =
-            plan.totals.iter().map(|t| (t.account_id, t.scale)).collect();
+        let scales: std::collections::HashMap<i64, u8> = plan
+            .totals
+            .iter()
+            .map(|t| (t.account_id, t.scale))
+            .collect();
         let mut v = Versions::default();
         for p in &plan.versions {
             let (ver, scale) = (&p.version, scales[&p.version.account_id]);
             v.account.push(ver.account_id);
             v.version.push(ver.terms.version);
             v.status.push(ver.terms.status.as_str());
-            v.floor.push(ver.terms.floor.map(|m| format_minor(m, scale)));
-            v.ceiling.push(ver.terms.ceiling.map(|m| format_minor(m, scale)));
-            v.limits.push(limits_to_json(&ver.terms.debit_limits, scale));
+            v.floor
+                .push(ver.terms.floor.map(|m| format_minor(m, scale)));
+            v.ceiling
+                .push(ver.terms.ceiling.map(|m| format_minor(m, scale)));
+            v.limits
+                .push(limits_to_json(&ver.terms.debit_limits, scale));
             v.after.push(ver.after_sequence);
             v.recorded.push(ver.recorded_at);
             v.caller.push(ver.caller.clone());
@@ -466,7 +472,17 @@ async fn send(
     plan: &Plan,
     clock: &Clock,
     (
-        (postings_st, entries_st, rejections_st, outbox_st, totals_st, state_st, held_st, x_st, xd_st),
+        (
+            postings_st,
+            entries_st,
+            rejections_st,
+            outbox_st,
+            totals_st,
+            state_st,
+            held_st,
+            x_st,
+            xd_st,
+        ),
         versions_st,
     ): (Statements, tokio_postgres::Statement),
 ) -> Result<Counts, StorageError> {

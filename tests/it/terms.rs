@@ -1,0 +1,596 @@
+//! Accounts that change, against a real server and database: versions recorded by
+//! `UpdateAccount` in the ledger's order, freezes, closes, floors, ceilings, debit limits over
+//! rolling windows, conditions on postings, and accounts as of a cut-off.
+
+use crate::support::*;
+use ledger_server::grpc::convert::time_to_pb as ts;
+use ledger_server::grpc::pb;
+use ledger_server::grpc::pb::ledger_client::LedgerClient;
+use std::time::Duration as StdDuration;
+use time::OffsetDateTime;
+use tonic::transport::Channel;
+use tonic::Code;
+use tonic_types::StatusExt;
+
+type Client = LedgerClient<Channel>;
+
+/// An update of `code` from `expected` naming the fields `edit` sets.
+fn update(
+    key: &str,
+    code: &str,
+    expected: u64,
+    edit: impl FnOnce(&mut pb::UpdateAccountRequest),
+) -> pb::UpdateAccountRequest {
+    let mut r = pb::UpdateAccountRequest {
+        idempotency_key: key.into(),
+        code: code.into(),
+        expected_version: expected,
+        reason: format!("test {key}"),
+        ..Default::default()
+    };
+    edit(&mut r);
+    r
+}
+
+fn mask(r: &mut pb::UpdateAccountRequest, path: &str) {
+    r.update_mask
+        .get_or_insert_with(Default::default)
+        .paths
+        .push(path.into());
+}
+
+fn status(s: pb::AccountStatus) -> impl FnOnce(&mut pb::UpdateAccountRequest) {
+    move |r| {
+        mask(r, "status");
+        r.status = s as i32;
+    }
+}
+
+async fn apply(c: &mut Client, r: pb::UpdateAccountRequest) -> Result<pb::Account, tonic::Status> {
+    c.update_account(r)
+        .await
+        .map(|r| r.into_inner().account.expect("the account"))
+}
+
+async fn post(c: &mut Client, r: pb::PostRequest) -> Result<pb::Posting, tonic::Status> {
+    c.post(r)
+        .await
+        .map(|r| r.into_inner().posting.expect("a posting"))
+}
+
+async fn account(c: &mut Client, code: &str, as_of: Option<pb::AsOf>) -> pb::Account {
+    c.get_account(pb::GetAccountRequest {
+        code: code.into(),
+        ledger: String::new(),
+        as_of,
+    })
+    .await
+    .expect("the account")
+    .into_inner()
+}
+
+/// `acct:0` funded with 100.00 from `equity:world`.
+async fn funded(t: &mut TestLedger) -> Client {
+    let mut c = t.new_client().await;
+    world_and_one_account(&mut c).await;
+    post(&mut c, transfer("fund", "equity:world", "acct:0", "100.00"))
+        .await
+        .unwrap();
+    c
+}
+
+#[tokio::test]
+async fn a_frozen_account_refuses_postings_bound_to_their_keys_yet_lets_an_earlier_hold_be_captured(
+) {
+    let mut t = TestLedger::start().await;
+    let mut c = funded(&mut t).await;
+    let hold = c
+        .post(pb::PostRequest {
+            hold: true,
+            ..transfer("hold", "acct:0", "equity:world", "30.00")
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .posting
+        .unwrap();
+    let frozen = apply(
+        &mut c,
+        update("freeze", "acct:0", 1, status(pb::AccountStatus::Frozen)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (frozen.version, frozen.status),
+        (2, pb::AccountStatus::Frozen as i32)
+    );
+    let spend = transfer("spend", "acct:0", "equity:world", "10.00");
+    let e = post(&mut c, spend.clone()).await.unwrap_err();
+    assert_error(&e, Code::FailedPrecondition, "ACCOUNT_FROZEN");
+    let refused_hold = pb::PostRequest {
+        hold: true,
+        ..transfer("hold-2", "acct:0", "equity:world", "1.00")
+    };
+    assert_error(
+        &post(&mut c, refused_hold).await.unwrap_err(),
+        Code::FailedPrecondition,
+        "ACCOUNT_FROZEN",
+    );
+    let captured = c
+        .capture(pb::CaptureRequest {
+            idempotency_key: "capture".into(),
+            hold_posting_id: hold.posting_id.clone(),
+            ..Default::default()
+        })
+        .await;
+    assert!(
+        captured.is_ok(),
+        "a hold placed before the freeze settles: {captured:?}"
+    );
+    apply(
+        &mut c,
+        update("unfreeze", "acct:0", 2, status(pb::AccountStatus::Open)),
+    )
+    .await
+    .unwrap();
+    let again = post(&mut c, spend).await.unwrap_err();
+    assert_error(&again, Code::FailedPrecondition, "ACCOUNT_FROZEN");
+    assert!(
+        post(
+            &mut c,
+            transfer("spend-2", "acct:0", "equity:world", "10.00")
+        )
+        .await
+        .is_ok(),
+        "open again: a new key is accepted"
+    );
+    assert_eq!(t.balance("acct:0", None).await.balance, "60.00");
+}
+
+#[tokio::test]
+async fn a_stale_expected_version_is_aborted_and_writes_nothing_and_of_two_racing_updates_one_wins()
+{
+    let mut t = TestLedger::start().await;
+    let mut c = funded(&mut t).await;
+    let before = t.count("account_terms").await;
+    let stale = apply(
+        &mut c,
+        update("stale", "acct:0", 7, status(pb::AccountStatus::Frozen)),
+    )
+    .await
+    .unwrap_err();
+    assert_error(&stale, Code::Aborted, "ACCOUNT_VERSION_MISMATCH");
+    assert!(stale.message().contains("version 1"), "{}", stale.message());
+    assert_eq!(t.count("account_terms").await, before, "nothing written");
+    let racers = (0..8).map(|i| {
+        let mut c = c.clone();
+        tokio::spawn(async move {
+            apply(
+                &mut c,
+                update(
+                    &format!("race-{i}"),
+                    "acct:0",
+                    1,
+                    status(pb::AccountStatus::Frozen),
+                ),
+            )
+            .await
+        })
+    });
+    let results: Vec<_> = futures_util::future::join_all(racers).await;
+    let won = results
+        .iter()
+        .filter(|r| r.as_ref().unwrap().is_ok())
+        .count();
+    assert_eq!(won, 1, "{results:?}");
+    for r in results
+        .iter()
+        .filter_map(|r| r.as_ref().unwrap().as_ref().err())
+    {
+        assert_error(r, Code::Aborted, "ACCOUNT_VERSION_MISMATCH");
+    }
+    assert_eq!(account(&mut c, "acct:0", None).await.version, 2);
+    assert_eq!(t.count("account_terms").await, before + 1);
+}
+
+#[tokio::test]
+async fn an_update_racing_postings_splits_them_by_sequence_exactly_at_the_version() {
+    let mut t = TestLedger::start().await;
+    let mut c = funded(&mut t).await;
+    let spenders = (0..40).map(|i| {
+        let mut c = c.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(StdDuration::from_millis(i % 10)).await;
+            post(
+                &mut c,
+                transfer(&format!("s-{i}"), "acct:0", "equity:world", "0.01"),
+            )
+            .await
+        })
+    });
+    let spenders: Vec<_> = spenders.collect();
+    tokio::time::sleep(StdDuration::from_millis(4)).await;
+    let frozen = apply(
+        &mut c,
+        update("freeze", "acct:0", 1, status(pb::AccountStatus::Frozen)),
+    )
+    .await
+    .unwrap();
+    let after = frozen.version_info.unwrap().after_sequence;
+    for s in spenders {
+        match s.await.unwrap() {
+            Ok(p) => assert!(
+                p.sequence <= after,
+                "posting {} after the freeze at {after}",
+                p.sequence
+            ),
+            Err(e) => assert_error(&e, Code::FailedPrecondition, "ACCOUNT_FROZEN"),
+        }
+    }
+    let db = t.db().await;
+    let late: i64 = db
+        .query_one(
+            "SELECT count(*) FROM entries e JOIN accounts a USING (account_id)
+             WHERE a.code = 'acct:0' AND (e.sequence & ((1::bigint << 40) - 1)) > $1",
+            &[&(after as i64)],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        late, 0,
+        "no entry on the account after the version that froze it"
+    );
+}
+
+#[tokio::test]
+async fn a_floor_allows_an_overdraft_and_a_ceiling_caps_the_balance_with_incoming_holds() {
+    let mut t = TestLedger::start().await;
+    let mut c = funded(&mut t).await;
+    let overdraft = apply(
+        &mut c,
+        update("od", "acct:0", 1, |r| {
+            mask(r, "balance_floor");
+            r.balance_floor = "-50.00".into();
+        }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(overdraft.balance_floor, "-50.00");
+    post(&mut c, transfer("a", "acct:0", "equity:world", "150.00"))
+        .await
+        .unwrap();
+    let under = post(&mut c, transfer("b", "acct:0", "equity:world", "0.01"))
+        .await
+        .unwrap_err();
+    assert_error(&under, Code::FailedPrecondition, "INSUFFICIENT_FUNDS");
+    assert!(
+        under.message().contains("floor of -50.00"),
+        "{}",
+        under.message()
+    );
+    let high = apply(
+        &mut c,
+        update("cap-too-high", "acct:0", 2, |r| {
+            mask(r, "balance_floor");
+            r.balance_floor = "0".into();
+        }),
+    )
+    .await
+    .unwrap_err();
+    assert_error(&high, Code::FailedPrecondition, "INSUFFICIENT_FUNDS");
+    apply(
+        &mut c,
+        update("cap", "acct:0", 2, |r| {
+            mask(r, "balance_ceiling");
+            r.balance_ceiling = "20.00".into();
+        }),
+    )
+    .await
+    .unwrap();
+    let incoming = pb::PostRequest {
+        hold: true,
+        ..transfer("in-hold", "equity:world", "acct:0", "60.00")
+    };
+    post(&mut c, incoming).await.unwrap();
+    let over = post(&mut c, transfer("in", "equity:world", "acct:0", "10.01"))
+        .await
+        .unwrap_err();
+    assert_error(&over, Code::FailedPrecondition, "BALANCE_CEILING_EXCEEDED");
+    post(&mut c, transfer("in-2", "equity:world", "acct:0", "10.00"))
+        .await
+        .unwrap();
+    let replay = post(&mut c, transfer("in", "equity:world", "acct:0", "10.01"))
+        .await
+        .unwrap_err();
+    assert_error(
+        &replay,
+        Code::FailedPrecondition,
+        "BALANCE_CEILING_EXCEEDED",
+    );
+}
+
+#[tokio::test]
+async fn a_debit_limit_counts_debits_in_its_window_and_open_holds_and_frees_what_leaves_it() {
+    let mut t = TestLedger::start().await;
+    let mut c = funded(&mut t).await;
+    account_in(&mut c, "default", "acct:1", pb::NormalBalance::Debit, false).await;
+    apply(
+        &mut c,
+        update("limit", "acct:1", 1, |r| {
+            mask(r, "debit_limits");
+            r.debit_limits = vec![
+                pb::DebitLimit {
+                    amount: "10.00".into(),
+                    window_seconds: 2,
+                },
+                pb::DebitLimit {
+                    amount: "25.00".into(),
+                    window_seconds: 3600,
+                },
+            ];
+        }),
+    )
+    .await
+    .unwrap();
+    // acct:1 is debit-normal: what it receives is a debit leg, so here the limits cap what
+    // it receives from equity:world.
+    post(&mut c, transfer("d1", "equity:world", "acct:1", "6.00"))
+        .await
+        .unwrap();
+    let hold = c
+        .post(pb::PostRequest {
+            hold: true,
+            ..transfer("h1", "equity:world", "acct:1", "3.00")
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .posting
+        .unwrap();
+    let over = post(&mut c, transfer("d2", "equity:world", "acct:1", "1.01"))
+        .await
+        .unwrap_err();
+    assert_error(&over, Code::FailedPrecondition, "DEBIT_LIMIT_EXCEEDED");
+    let info = over.get_details_error_info().unwrap();
+    assert_eq!(info.metadata["limit"], "debit_limits[0]");
+    assert_eq!(info.metadata["left"], "1.00");
+    c.void(pb::VoidRequest {
+        idempotency_key: "release".into(),
+        posting_id: hold.posting_id,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    post(&mut c, transfer("d3", "equity:world", "acct:1", "4.00"))
+        .await
+        .unwrap();
+    assert_error(
+        &post(&mut c, transfer("d4", "equity:world", "acct:1", "0.01"))
+            .await
+            .unwrap_err(),
+        Code::FailedPrecondition,
+        "DEBIT_LIMIT_EXCEEDED",
+    );
+    tokio::time::sleep(StdDuration::from_millis(2100)).await;
+    post(&mut c, transfer("d5", "equity:world", "acct:1", "10.00"))
+        .await
+        .expect("the debits of 2 s ago left the window");
+    tokio::time::sleep(StdDuration::from_millis(2100)).await;
+    let hour = post(&mut c, transfer("d6", "equity:world", "acct:1", "6.00"))
+        .await
+        .unwrap_err();
+    assert_error(&hour, Code::FailedPrecondition, "DEBIT_LIMIT_EXCEEDED");
+    assert_eq!(
+        hour.get_details_error_info().unwrap().metadata["limit"],
+        "debit_limits[1]"
+    );
+}
+
+#[tokio::test]
+async fn conditions_refuse_a_stale_last_sequence_or_too_little_available_bound_to_the_key() {
+    let mut t = TestLedger::start().await;
+    let mut c = funded(&mut t).await;
+    let last = t.balance("acct:0", None).await.last_sequence;
+    assert_eq!(last, 1, "the funding");
+    let cond = |check| pb::Condition {
+        account: "acct:0".into(),
+        check: Some(check),
+    };
+    use pb::condition::Check;
+    let with = |key: &str, c: Vec<pb::Condition>| pb::PostRequest {
+        conditions: c,
+        ..transfer(key, "acct:0", "equity:world", "5.00")
+    };
+    let stale = post(&mut c, with("stale", vec![cond(Check::LastSequence(0))]))
+        .await
+        .unwrap_err();
+    assert_error(&stale, Code::FailedPrecondition, "CONDITION_FAILED");
+    let ok = post(
+        &mut c,
+        with("current", vec![cond(Check::LastSequence(last))]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(t.balance("acct:0", None).await.last_sequence, ok.sequence);
+    let short = post(
+        &mut c,
+        with("short", vec![cond(Check::AvailableAtLeast("95.01".into()))]),
+    )
+    .await
+    .unwrap_err();
+    assert_error(&short, Code::FailedPrecondition, "CONDITION_FAILED");
+    assert!(short.message().contains("95.00"), "{}", short.message());
+    post(
+        &mut c,
+        with(
+            "enough",
+            vec![cond(Check::AvailableAtLeast("95.00".into()))],
+        ),
+    )
+    .await
+    .unwrap();
+    let replayed = post(&mut c, with("stale", vec![cond(Check::LastSequence(0))]))
+        .await
+        .unwrap_err();
+    assert_error(&replayed, Code::FailedPrecondition, "CONDITION_FAILED");
+    let reused = post(&mut c, with("stale", vec![cond(Check::LastSequence(9))]))
+        .await
+        .unwrap_err();
+    assert_error(&reused, Code::FailedPrecondition, "IDEMPOTENCY_KEY_REUSED");
+}
+
+#[tokio::test]
+async fn an_account_closes_only_empty_and_closing_is_final() {
+    let mut t = TestLedger::start().await;
+    let mut c = funded(&mut t).await;
+    let close = |key: &str, v| update(key, "acct:0", v, status(pb::AccountStatus::Closed));
+    assert_error(
+        &apply(&mut c, close("close-1", 1)).await.unwrap_err(),
+        Code::FailedPrecondition,
+        "ACCOUNT_NOT_EMPTY",
+    );
+    let hold = c
+        .post(pb::PostRequest {
+            hold: true,
+            ..transfer("hold", "acct:0", "equity:world", "100.00")
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .posting
+        .unwrap();
+    c.capture(pb::CaptureRequest {
+        idempotency_key: "cap".into(),
+        hold_posting_id: hold.posting_id,
+        legs: vec![
+            leg("equity:world", pb::Direction::Debit, "90.00"),
+            leg("acct:0", pb::Direction::Credit, "90.00"),
+        ],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    post(&mut c, transfer("rest", "acct:0", "equity:world", "10.00"))
+        .await
+        .unwrap();
+    let closed = apply(&mut c, close("close-2", 1)).await.unwrap();
+    assert_eq!(closed.status, pb::AccountStatus::Closed as i32);
+    assert_error(
+        &post(&mut c, transfer("in", "equity:world", "acct:0", "1.00"))
+            .await
+            .unwrap_err(),
+        Code::FailedPrecondition,
+        "ACCOUNT_CLOSED",
+    );
+    assert_error(
+        &apply(
+            &mut c,
+            update("reopen", "acct:0", 2, status(pb::AccountStatus::Open)),
+        )
+        .await
+        .unwrap_err(),
+        Code::FailedPrecondition,
+        "ACCOUNT_CLOSED",
+    );
+    let replay = apply(&mut c, close("close-2", 1)).await.unwrap();
+    assert_eq!(replay.version, 2, "a replay answers the version recorded");
+}
+
+#[tokio::test]
+async fn an_account_as_of_answers_the_version_in_force_on_both_clocks() {
+    let mut t = TestLedger::start().await;
+    let mut c = funded(&mut t).await;
+    let micros = |t: OffsetDateTime| t.replace_nanosecond(t.nanosecond() / 1000 * 1000).unwrap();
+    let v1_at = micros(OffsetDateTime::now_utc());
+    tokio::time::sleep(StdDuration::from_millis(5)).await;
+    let v2 = apply(
+        &mut c,
+        update("v2", "acct:0", 1, status(pb::AccountStatus::Frozen)),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(StdDuration::from_millis(5)).await;
+    let v2_at = micros(OffsetDateTime::now_utc());
+    tokio::time::sleep(StdDuration::from_millis(5)).await;
+    let v3 = apply(
+        &mut c,
+        update("v3", "acct:0", 2, |r| {
+            status(pb::AccountStatus::Open)(r);
+            mask(r, "balance_floor");
+            r.balance_floor = "-5.00".into();
+        }),
+    )
+    .await
+    .unwrap();
+    assert_eq!((v2.version, v3.version), (2, 3));
+    let at = |recorded: Option<OffsetDateTime>, effective: Option<OffsetDateTime>| {
+        Some(pb::AsOf {
+            recorded_at: recorded.map(ts),
+            effective_at: effective.map(ts),
+        })
+    };
+    assert_eq!(
+        account(&mut c, "acct:0", at(Some(v1_at), None))
+            .await
+            .version,
+        1
+    );
+    assert_eq!(
+        account(&mut c, "acct:0", at(Some(v2_at), None))
+            .await
+            .version,
+        2
+    );
+    assert_eq!(account(&mut c, "acct:0", None).await.version, 3);
+    assert_eq!(
+        account(&mut c, "acct:0", at(None, Some(v2_at)))
+            .await
+            .version,
+        2,
+        "effective clock"
+    );
+    assert_eq!(
+        account(&mut c, "acct:0", at(None, Some(v1_at)))
+            .await
+            .version,
+        1
+    );
+    let now = account(&mut c, "acct:0", None).await;
+    assert_eq!(
+        (now.status, now.balance_floor.as_str()),
+        (pb::AccountStatus::Open as i32, "-5.00")
+    );
+    let versions = c
+        .list_account_versions(pb::ListAccountVersionsRequest {
+            code: "acct:0".into(),
+            page_size: 2,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let seen: Vec<u64> = versions.versions.iter().map(|v| v.version).collect();
+    assert_eq!(seen, vec![1, 2]);
+    let info = versions.versions[1].version_info.clone().unwrap();
+    assert_eq!(
+        (info.reason.as_str(), info.changed),
+        ("test v2", vec!["status".to_owned()])
+    );
+    assert_eq!(info.caller, "anonymous");
+    let rest = c
+        .list_account_versions(pb::ListAccountVersionsRequest {
+            code: "acct:0".into(),
+            page_size: 2,
+            page_token: versions.next_page_token,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        rest.versions.iter().map(|v| v.version).collect::<Vec<_>>(),
+        vec![3]
+    );
+    assert!(rest.next_page_token.is_empty());
+}
