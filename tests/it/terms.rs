@@ -594,3 +594,40 @@ async fn an_account_as_of_answers_the_version_in_force_on_both_clocks() {
     );
     assert!(rest.next_page_token.is_empty());
 }
+
+#[tokio::test]
+async fn postings_decided_in_the_batch_of_the_update_that_sets_a_debit_limit_obey_it() {
+    let mut t = TestLedger::start().await;
+    let mut c = funded(&mut t).await;
+    account_in(&mut c, "default", "acct:1", pb::NormalBalance::Debit, false).await;
+    for round in 0..5 {
+        let mut u = c.clone();
+        let limit = apply(
+            &mut u,
+            update(&format!("limit-{round}"), "acct:1", 1 + round, |r| {
+                mask(r, "debit_limits");
+                r.debit_limits = vec![pb::DebitLimit {
+                    amount: "1.00".into(),
+                    window_seconds: 3600 + round as u32,
+                }];
+            }),
+        );
+        let debits = (0..20).map(|i| {
+            let mut c = c.clone();
+            tokio::spawn(async move {
+                post(
+                    &mut c,
+                    transfer(&format!("d-{round}-{i}"), "equity:world", "acct:1", "0.01"),
+                )
+                .await
+            })
+        });
+        let (limit, debits) = tokio::join!(limit, futures_util::future::join_all(debits));
+        limit.unwrap();
+        for d in debits {
+            if let Err(e) = d.unwrap() {
+                assert_error(&e, Code::FailedPrecondition, "DEBIT_LIMIT_EXCEEDED");
+            }
+        }
+    }
+}

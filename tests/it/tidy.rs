@@ -151,6 +151,7 @@ fn the_journal_is_written_only_by_the_writers_batch_and_the_fixtures_named_here(
         "account_totals",
         "ledger_state",
         "accounts",
+        "account_terms",
         "outbox ",
     ];
     let needles: Vec<String> = tables
@@ -175,6 +176,10 @@ fn the_journal_is_written_only_by_the_writers_batch_and_the_fixtures_named_here(
             (
                 "crates/server/src/storage/accounts.rs",
                 "CreateAccount: the account and its zero totals",
+            ),
+            (
+                "crates/server/src/storage/terms.rs",
+                "CreateAccount: the account's version 1, in its transaction",
             ),
             (
                 "crates/server/src/storage/ledgers.rs",

@@ -110,7 +110,8 @@ pub struct AccountState {
     /// The last stored sequence that touched it (moved or held on it); its ledger's base
     /// when none.
     pub last_sequence: i64,
-    /// One per distinct window of its debit limits.
+    /// One per distinct window of its debit limits in force and of those the batch's
+    /// updates set (`write::update_windows`).
     pub windows: Vec<DebitWindow>,
 }
 

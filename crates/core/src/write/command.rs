@@ -141,6 +141,23 @@ pub struct WriteRequest {
 /// The answer to one request.
 pub type Outcome = Result<Written, LedgerError>;
 
+/// The (account, window seconds) of the debit limits the batch's updates set: the load
+/// reads their windows too ([`crate::terms::DebitWindow`]), so a posting decided after such
+/// an update in the same batch finds them.
+pub fn update_windows(requests: &[WriteRequest]) -> Vec<(i64, u32)> {
+    let mut w: Vec<(i64, u32)> = requests
+        .iter()
+        .filter_map(|r| match &r.command {
+            Command::Update(u) => u.change.debit_limits.as_ref().map(|l| (u.account_id, l)),
+            _ => None,
+        })
+        .flat_map(|(id, limits)| limits.iter().map(move |l| (id, l.window_seconds)))
+        .collect();
+    w.sort_unstable();
+    w.dedup();
+    w
+}
+
 /// The first request of each distinct (caller, key), in batch order: the requests storage
 /// claims keys for and [`Snapshot::keys`] follows. Later requests with a key already seen
 /// in the batch are answered from the first.

@@ -24,7 +24,8 @@ mod snapshot;
 
 pub use admit::{admit, named_by, NamedPostings, PendingCapture, Queued};
 pub use command::{
-    distinct_keys, Command, Done, Operation, Outcome, ValidExpire, WriteRequest, Written,
+    distinct_keys, update_windows, Command, Done, Operation, Outcome, ValidExpire, WriteRequest,
+    Written,
 };
 pub use plan::{FinalTotals, Plan, PlannedLeg, PlannedPosting, PlannedRejection, PlannedVersion};
 pub use round::Rounds;
@@ -142,5 +143,7 @@ fn answer(r: &WriteRequest, i: usize, d: &Decision) -> Outcome {
 
 #[cfg(test)]
 mod model;
+#[cfg(test)]
+mod model_terms;
 #[cfg(test)]
 mod rules;

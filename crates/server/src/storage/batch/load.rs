@@ -15,8 +15,8 @@ use ledger_core::ledger::LedgerId;
 use ledger_core::posting::Fingerprint;
 use ledger_core::record::Posting;
 use ledger_core::write::{
-    distinct_keys, AccountState, Clock, Command, Done, ExpiringHold, HeldLeg, KeyState,
-    NamedPostings, Operation, Snapshot, StoredDecision, WriteRequest,
+    distinct_keys, update_windows, AccountState, Clock, Command, Done, ExpiringHold, HeldLeg,
+    KeyState, NamedPostings, Operation, Snapshot, StoredDecision, WriteRequest,
 };
 use ledger_core::LedgerError;
 use std::collections::HashMap;
@@ -260,6 +260,14 @@ async fn first_round_trip(
     let totals_params: [&(dyn ToSql + Sync); 1] = [&ids];
     let state_params: [&(dyn ToSql + Sync); 1] = [&ledger];
     let expiring_params: [&(dyn ToSql + Sync); 3] = [&ids, &(requests.len() as i64), &ledger];
+    let (set_ids, set_windows) = windows_set(requests);
+    let windows_params: [&(dyn ToSql + Sync); 5] = [
+        &ids,
+        &(requests.len() as i64),
+        &ledger,
+        &set_ids,
+        &set_windows,
+    ];
     let pipeline = async {
         Ok::<_, StorageError>(futures_util::try_join!(
             client.batch_execute(&BEGIN_SQL),
@@ -270,7 +278,7 @@ async fn first_round_trip(
             client.query(&totals_st, &totals_params),
             targets,
             client.query(&expiring_st, &expiring_params),
-            client.query(&windows_st, &expiring_params)
+            client.query(&windows_st, &windows_params)
         )?)
     };
     let ((_, claim, _, state, _, totals, targets, expiring, windows), accounts) =
@@ -284,6 +292,14 @@ async fn first_round_trip(
         windows,
     };
     Ok((rows, accounts))
+}
+
+/// The accounts and windows of the debit limits the batch's updates set, as columns.
+fn windows_set(requests: &[WriteRequest]) -> (Vec<i64>, Vec<i64>) {
+    update_windows(requests)
+        .into_iter()
+        .map(|(id, w)| (id, i64::from(w)))
+        .unzip()
 }
 
 /// The claim's columns: each distinct key's caller, key, operation and fingerprint.

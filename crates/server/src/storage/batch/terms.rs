@@ -12,7 +12,8 @@ use std::collections::HashMap;
 use tokio_postgres::Row;
 
 /// What the debit limits of the batch's accounts need (`ledger_core::engine::DebitWindow`),
-/// per account and distinct window of the limits in force: the account's debits recorded at
+/// per account and distinct window of the limits in force and of those the batch's updates
+/// set (`$4`, `$5`: `ledger_core::write::update_windows`): the account's debits recorded at
 /// or before the earliest time the batch can record at less the window (the later of the
 /// transaction's start and the last batch), and its debit legs after that up to the latest
 /// time less the window (as in `EXPIRING_SQL`). Two probes of `postings (ledger_id,
@@ -27,7 +28,9 @@ pub(super) const WINDOWS_SQL: &str = "WITH h AS (
         FROM unnest($1::bigint[]) AS x(id)
         JOIN account_totals t ON t.account_id = x.id
         JOIN account_terms v ON v.account_id = x.id AND v.terms_version = t.terms_version
-        CROSS JOIN LATERAL jsonb_array_elements(v.debit_limits) l),
+        CROSS JOIN LATERAL jsonb_array_elements(v.debit_limits) l
+        UNION
+        SELECT u.id, u.secs FROM unnest($4::bigint[], $5::bigint[]) AS u(id, secs)),
      c AS (
         SELECT w.id, w.secs,
           (SELECT p.sequence FROM postings p WHERE p.ledger_id = $3
