@@ -45,7 +45,7 @@
 //! #[tokio::main]
 //! async fn main() -> Result<(), ledger_client::Error> {
 //!     let ledger = Client::connect(ClientOptions::new("127.0.0.1:50051")).await?;
-//!     // Accounts never change: creating one that exists as asked finds it (safe on every run).
+//!     // An account's attributes never change: creating one that exists as asked finds it (safe on every run).
 //!     for account in [
 //!         NewAccount::new("assets:bank", "EUR", 2, NormalBalance::Debit),
 //!         NewAccount::new("liabilities:wallet:alice", "EUR", 2, NormalBalance::Credit)
