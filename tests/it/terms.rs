@@ -631,3 +631,66 @@ async fn postings_decided_in_the_batch_of_the_update_that_sets_a_debit_limit_obe
         }
     }
 }
+
+#[tokio::test]
+async fn fifty_callers_sending_one_update_under_one_key_record_one_version_and_all_get_it() {
+    let mut t = TestLedger::start().await;
+    let c = funded(&mut t).await;
+    let before = t.count("account_terms").await;
+    let racers = (0..50).map(|_| {
+        let mut c = c.clone();
+        tokio::spawn(async move {
+            c.update_account(update(
+                "one-key",
+                "acct:0",
+                1,
+                status(pb::AccountStatus::Frozen),
+            ))
+            .await
+            .map(|r| r.into_inner())
+        })
+    });
+    let answers: Vec<pb::UpdateAccountResponse> = futures_util::future::join_all(racers)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap().expect("every sender is answered the version"))
+        .collect();
+    assert!(answers
+        .iter()
+        .all(|a| a.account.as_ref().unwrap().version == 2));
+    assert_eq!(
+        answers.iter().filter(|a| !a.replayed).count(),
+        1,
+        "one decided it"
+    );
+    assert_eq!(
+        t.count("account_terms").await,
+        before + 1,
+        "one version recorded"
+    );
+}
+
+#[tokio::test]
+async fn one_key_reused_for_the_same_change_of_another_account_is_refused_not_replayed() {
+    let mut t = TestLedger::start().await;
+    let mut c = funded(&mut t).await;
+    account_in(&mut c, "default", "acct:1", pb::NormalBalance::Debit, false).await;
+    apply(
+        &mut c,
+        update("same", "acct:0", 1, status(pb::AccountStatus::Frozen)),
+    )
+    .await
+    .unwrap();
+    let other = apply(
+        &mut c,
+        update("same", "acct:1", 1, status(pb::AccountStatus::Frozen)),
+    )
+    .await
+    .unwrap_err();
+    assert_error(&other, Code::FailedPrecondition, "IDEMPOTENCY_KEY_REUSED");
+    assert_eq!(
+        account(&mut c, "acct:1", None).await.version,
+        1,
+        "acct:1 unchanged"
+    );
+}

@@ -211,7 +211,8 @@ impl UpdateRequest {
         }
         validate_text("reason", &self.reason)?;
         let change = self.change(account)?;
-        let fingerprint = update_fingerprint(self.expected_version, &change, &self.reason);
+        let fingerprint =
+            update_fingerprint(&account.code, self.expected_version, &change, &self.reason);
         Ok(ValidUpdate {
             idempotency_key: self.idempotency_key.clone(),
             account_id: account.id,
@@ -298,10 +299,11 @@ fn invalid(field: &str, message: &str) -> LedgerError {
     LedgerError::new(Reason::InvalidField, message).with("field", field)
 }
 
-/// The fingerprint of an update: the version it expects, the fields it names with their new
-/// values, and its reason.
-pub fn update_fingerprint(expected: u64, c: &TermsChange, reason: &str) -> Fingerprint {
+/// The fingerprint of an update: the account, the version it expects, the fields it names
+/// with their new values, and its reason.
+pub fn update_fingerprint(code: &str, expected: u64, c: &TermsChange, reason: &str) -> Fingerprint {
     let mut canon = Canon::new("update/v1");
+    canon.field(code.as_bytes());
     canon.field(&expected.to_be_bytes());
     if let Some(s) = c.status {
         canon.field(b"status");

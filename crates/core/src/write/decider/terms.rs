@@ -66,11 +66,7 @@ impl Decider<'_> {
         let state = self.snapshot.accounts.get(&id);
         match (state, self.engine.terms(id)) {
             (Some(s), Some(t)) => Ok((&s.account, t)),
-            _ => Err(Refusal::Unbound(LedgerError::journal_corrupt(
-                &format!("account #{id}"),
-                None,
-                "a request names it, but the batch did not load it",
-            ))),
+            _ => Err(not_loaded(id)),
         }
     }
 
@@ -107,7 +103,7 @@ impl Decider<'_> {
     pub(super) fn conditions(&self, conditions: &[Condition]) -> Result<(), Refusal> {
         for (i, c) in conditions.iter().enumerate() {
             let Some(state) = self.snapshot.accounts.get(&c.account_id) else {
-                return Err(self.terms_of(c.account_id).err().expect("not loaded"));
+                return Err(not_loaded(c.account_id));
             };
             let a = &state.account;
             let failed = match c.check {
@@ -144,6 +140,15 @@ impl Decider<'_> {
         }
         Ok(())
     }
+}
+
+/// A request naming an account the batch did not load: it binds nothing.
+fn not_loaded(id: i64) -> Refusal {
+    Refusal::Unbound(LedgerError::journal_corrupt(
+        &format!("account #{id}"),
+        None,
+        "a request names it, but the batch did not load it",
+    ))
 }
 
 fn closed(code: &str) -> LedgerError {
