@@ -97,7 +97,8 @@ enum Command {
     /// The writer's own work for batches of N postings straight on a database (no gRPC, no
     /// service): the key claim and snapshot, the decision and the writes, timed apart.
     BenchWriter(crate::tools::bench_writer::BenchWriterArgs),
-    /// Accounts: create, get, list.
+    /// Accounts: create, get (now or at a cut-off), list, update (a new version of its
+    /// terms: freeze, close, floor, ceiling, debit limits), versions.
     Account {
         #[command(subcommand)]
         command: crate::tools::commands::AccountCommand,
@@ -228,20 +229,7 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             outbox,
             ops,
             tuning,
-        } => {
-            let signal = ShutdownSignal::listen()?;
-            let ops = ops.load(set(db.database_url.clone()).is_none())?;
-            let tuning = tuning.tuning()?;
-            let (url, pg) = database(&db, "serve", Holding::Exclusive).await?;
-            // The embedded PostgreSQL is started again when it dies, or the server exits.
-            let mut keeper = pg.map(Keeper::start).transpose()?;
-            let result = serve(listen, url, tuning, outbox, ops, keeper.as_mut(), signal).await;
-            if let Some(keeper) = keeper {
-                keeper.stop().await?;
-            }
-            result?;
-            Ok(ExitCode::SUCCESS)
-        }
+        } => serve_command(listen, db, outbox, ops, tuning).await,
         Command::Relay {
             database_url,
             outbox,
@@ -281,14 +269,40 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             crate::tools::bench_writer::run(args).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Account { command } => client(crate::tools::commands::account(command).await),
-        Command::Post(args) => write("post", crate::tools::commands::post(args).await),
-        Command::Capture(args) => write("capture", crate::tools::commands::capture(args).await),
-        Command::Void(args) => write("void", crate::tools::commands::void(args).await),
+        Command::Account { command } => {
+            let name = command.name();
+            let r = crate::tools::commands::account(command).await;
+            write(&["account", name], r)
+        }
+        Command::Post(args) => write(&["post"], crate::tools::commands::post(args).await),
+        Command::Capture(args) => write(&["capture"], crate::tools::commands::capture(args).await),
+        Command::Void(args) => write(&["void"], crate::tools::commands::void(args).await),
         Command::Posting { command } => client(crate::tools::commands::posting(command).await),
         Command::Balance(args) => client(crate::tools::commands::balance(args).await),
         Command::Ledgers { command } => client(crate::tools::commands::ledgers(command).await),
     }
+}
+
+/// `ledger serve`: until its signal, with the embedded PostgreSQL unless --database-url.
+async fn serve_command(
+    listen: SocketAddr,
+    db: DbArgs,
+    outbox: OutboxArgs,
+    ops: OpsArgs,
+    tuning: TuningArgs,
+) -> Result<ExitCode, BoxError> {
+    let signal = ShutdownSignal::listen()?;
+    let ops = ops.load(set(db.database_url.clone()).is_none())?;
+    let tuning = tuning.tuning()?;
+    let (url, pg) = database(&db, "serve", Holding::Exclusive).await?;
+    // The embedded PostgreSQL is started again when it dies, or the server exits.
+    let mut keeper = pg.map(Keeper::start).transpose()?;
+    let result = serve(listen, url, tuning, outbox, ops, keeper.as_mut(), signal).await;
+    if let Some(keeper) = keeper {
+        keeper.stop().await?;
+    }
+    result?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// A client command's result as the process's: success, or its error.
@@ -297,17 +311,24 @@ fn client(r: Result<(), crate::tools::ToolError>) -> Result<ExitCode, BoxError> 
 }
 
 /// A write command's result as the process's: success; a mistake in its arguments, as clap
-/// reports its own (`error: …`, the usage, exit 2); or the call's error (exit 1).
-fn write(name: &str, r: Result<(), crate::tools::commands::Failure>) -> Result<ExitCode, BoxError> {
+/// reports its own (`error: …`, the usage of the command at `path`, exit 2); or the call's
+/// error (exit 1).
+fn write(
+    path: &[&str],
+    r: Result<(), crate::tools::commands::Failure>,
+) -> Result<ExitCode, BoxError> {
     use crate::tools::commands::Failure;
     match r {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(Failure::Usage(message)) => {
             let mut cmd = command();
             cmd.build();
-            let sub = cmd
-                .find_subcommand_mut(name)
-                .expect("a write command of the command line");
+            let mut sub = &mut cmd;
+            for name in path {
+                sub = sub
+                    .find_subcommand_mut(name)
+                    .expect("a write command of the command line");
+            }
             let _ = sub
                 .error(clap::error::ErrorKind::ValueValidation, message)
                 .print();
@@ -318,7 +339,8 @@ fn write(name: &str, r: Result<(), crate::tools::commands::Failure>) -> Result<E
 }
 
 /// The exit status of a mistake in a command's own arguments (clap's, and the write commands'
-/// own checks: a missing --key, an unreadable or malformed --file).
+/// own checks: a missing --key, an unreadable or malformed --file, an update that changes
+/// nothing).
 const USAGE_EXIT: u8 = 2;
 
 #[cfg(test)]

@@ -34,7 +34,48 @@ fn metadata(m: &std::collections::HashMap<String, String>) -> Value {
     json!(sorted)
 }
 
+fn status(s: i32) -> &'static str {
+    pb::AccountStatus::try_from(s).map_or("ACCOUNT_STATUS_UNSPECIFIED", |s| s.as_str_name())
+}
+
+/// An account's status as its flag names it (`open`, `frozen`, `closed`), for tables.
+pub fn status_word(s: i32) -> &'static str {
+    match pb::AccountStatus::try_from(s) {
+        Ok(pb::AccountStatus::Open) => "open",
+        Ok(pb::AccountStatus::Frozen) => "frozen",
+        Ok(pb::AccountStatus::Closed) => "closed",
+        _ => "unspecified",
+    }
+}
+
+/// Debit limits as `--debit-limit` takes them, comma-separated (`500.00/86400,…`); empty when
+/// there are none.
+pub fn debit_limits_text(limits: &[pb::DebitLimit]) -> String {
+    let each: Vec<String> = limits
+        .iter()
+        .map(|l| format!("{}/{}", l.amount, l.window_seconds))
+        .collect();
+    each.join(",")
+}
+
+fn version_info_json(i: &pb::AccountVersionInfo) -> Value {
+    json!({
+        "recordedAt": show_ts(&i.recorded_at),
+        "afterSequence": i.after_sequence.to_string(),
+        "caller": i.caller,
+        "reason": i.reason,
+        "changed": i.changed,
+        "idempotencyKey": i.idempotency_key,
+    })
+}
+
+/// An account: its attributes, and the version of its terms with that version's facts.
 pub fn account_json(a: &pb::Account) -> Value {
+    let limits: Vec<Value> = a
+        .debit_limits
+        .iter()
+        .map(|l| json!({ "amount": l.amount, "windowSeconds": l.window_seconds }))
+        .collect();
     json!({
         "code": a.code,
         "currency": a.currency,
@@ -44,6 +85,12 @@ pub fn account_json(a: &pb::Account) -> Value {
         "metadata": metadata(&a.metadata),
         "createdAt": show_ts(&a.created_at),
         "ledger": a.ledger,
+        "version": a.version.to_string(),
+        "status": status(a.status),
+        "balanceFloor": a.balance_floor,
+        "balanceCeiling": a.balance_ceiling,
+        "debitLimits": limits,
+        "versionInfo": a.version_info.as_ref().map_or(Value::Null, version_info_json),
     })
 }
 
@@ -98,6 +145,7 @@ pub fn balance_json(b: &pb::Balance) -> Value {
         "heldCredits": b.held_credits,
         "available": b.available,
         "asOfSequence": b.as_of_sequence.to_string(),
+        "lastSequence": b.last_sequence.to_string(),
         "asOf": { "recordedAt": show_ts(&as_of.recorded_at), "effectiveAt": show_ts(&as_of.effective_at) },
     })
 }

@@ -10,7 +10,7 @@ use serde_json::Value;
 use std::process::Output;
 
 /// Runs `ledger ARGS…` against `server` (`--server` appended) and returns its output.
-async fn ledger(args: &[&str], server: &str) -> Output {
+pub(crate) async fn ledger(args: &[&str], server: &str) -> Output {
     ledger_with(args, server, &[]).await
 }
 
@@ -29,7 +29,8 @@ async fn ledger_with(args: &[&str], server: &str, env: &[(&str, &str)]) -> Outpu
     cmd.output().await.expect("ledger runs")
 }
 
-fn json(out: &Output) -> Value {
+/// The JSON a command that succeeded printed.
+pub(crate) fn json(out: &Output) -> Value {
     assert!(
         out.status.success(),
         "{}",
@@ -47,7 +48,7 @@ fn codes_of(listed: &Value) -> Vec<&str> {
         .collect()
 }
 
-fn stderr(out: &Output) -> String {
+pub(crate) fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 

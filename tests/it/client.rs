@@ -297,7 +297,7 @@ async fn documented_example(
     };
     // example:main
     let ledger = Client::connect(ClientOptions::new(server)).await?;
-    // Accounts never change: creating one that exists as asked finds it (safe on every run).
+    // An account's attributes never change: creating one that exists as asked finds it (safe on every run).
     for account in [
         NewAccount::new("assets:bank", "EUR", 2, NormalBalance::Debit),
         NewAccount::new("liabilities:wallet:alice", "EUR", 2, NormalBalance::Credit)

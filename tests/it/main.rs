@@ -9,6 +9,7 @@ mod asof;
 mod batch;
 mod check;
 mod cli;
+mod cli_accounts;
 mod client;
 mod corrupt;
 mod embedded;

@@ -3,6 +3,7 @@
 
 use super::super::output::Format;
 use super::super::{parse_ledger_code, parse_time, ClientArgs, LedgerArg};
+use super::terms_args::{parse_if_available, parse_if_last_sequence, AccountUpdateArgs};
 use ledger_server::grpc::pb;
 use std::path::PathBuf;
 use time::OffsetDateTime;
@@ -99,10 +100,19 @@ pub enum AccountCommand {
         #[command(flatten)]
         common: Common,
     },
-    /// Shows one account.
+    /// Shows one account: its attributes and the version of its terms in force now, or at a
+    /// cut-off.
     Get {
         /// The account's code.
         code: String,
+        /// Recorded cut-off: the version the ledger had recorded then (RFC 3339 or a date).
+        /// Default: now.
+        #[arg(long, value_parser = parse_time)]
+        as_of: Option<OffsetDateTime>,
+        /// Effective cut-off: a version takes effect when it is recorded, on both clocks.
+        /// Default: the recorded cut-off.
+        #[arg(long, value_parser = parse_time)]
+        effective: Option<OffsetDateTime>,
         #[command(flatten)]
         common: Common,
     },
@@ -114,6 +124,30 @@ pub enum AccountCommand {
         #[command(flatten)]
         common: Common,
     },
+    /// Records the account's next version: a new status, floor, ceiling or debit limits
+    /// (needs --expected-version, --reason and --key).
+    Update(AccountUpdateArgs),
+    /// Lists every version of an account's terms, oldest first, each with when, after which
+    /// posting, by whom and why it was recorded and what it changed (every page).
+    Versions {
+        /// The account's code.
+        code: String,
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+impl AccountCommand {
+    /// Its name on the command line.
+    pub fn name(&self) -> &'static str {
+        match self {
+            AccountCommand::Create { .. } => "create",
+            AccountCommand::Get { .. } => "get",
+            AccountCommand::List { .. } => "list",
+            AccountCommand::Update(_) => "update",
+            AccountCommand::Versions { .. } => "versions",
+        }
+    }
 }
 
 /// `ledger post`: one balanced posting, or a file's list of them as one `PostBatch`.
@@ -136,7 +170,8 @@ pub struct PostArgs {
     /// list of them (or `{"requests": [...]}`, grpcurl's PostBatch body): sent as one
     /// PostBatch, each result printed, exit 1 if any request failed. `-` reads standard
     /// input. With one posting, --memo, --effective, --hold-expires-at replace the file's
-    /// and --meta and --hold add to it; with a list, they are refused.
+    /// and --meta, --hold, --if-last-sequence and --if-available add to it; with a list, they
+    /// are refused.
     #[arg(long, conflicts_with = "legs")]
     pub file: Option<PathBuf>,
     /// A memo.
@@ -156,8 +191,25 @@ pub struct PostArgs {
     /// Default: never.
     #[arg(long, value_parser = parse_time, requires = "hold")]
     pub hold_expires_at: Option<OffsetDateTime>,
+    /// Post only if ACCOUNT's last posting is still sequence N when the posting is decided
+    /// (the lastSequence `ledger balance` prints; 0: none yet), else FAILED_PRECONDITION
+    /// CONDITION_FAILED, bound to the key. Repeatable (at most 8 conditions in all).
+    #[arg(long = "if-last-sequence", value_name = "ACCOUNT=N", value_parser = parse_if_last_sequence)]
+    pub if_last_sequence: Vec<pb::Condition>,
+    /// Post only if ACCOUNT's available balance is still at least AMOUNT when the posting is
+    /// decided, else CONDITION_FAILED, bound to the key. Repeatable.
+    #[arg(long = "if-available", value_name = "ACCOUNT=AMOUNT", value_parser = parse_if_available)]
+    pub if_available: Vec<pb::Condition>,
     #[command(flatten)]
     pub common: Common,
+}
+
+impl PostArgs {
+    /// The conditions of its flags: the last sequences, then the available balances.
+    pub fn conditions(&self) -> Vec<pb::Condition> {
+        let all = self.if_last_sequence.iter().chain(&self.if_available);
+        all.cloned().collect()
+    }
 }
 
 /// `ledger capture`: moves a hold's money, all of it or less, and releases the rest.
@@ -311,7 +363,7 @@ pub fn parse_leg(s: &str) -> Result<pb::Leg, String> {
 
 /// Digits, and optionally a point and more digits: the shape the ledger reads an amount in
 /// (its scale and size it checks itself).
-fn is_decimal(s: &str) -> bool {
+pub(super) fn is_decimal(s: &str) -> bool {
     let digits = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
     match s.split_once('.') {
         Some((int, frac)) => digits(int) && digits(frac),

@@ -1,24 +1,32 @@
 //! The CLI's write and read commands, each a client of a running server:
-//! `ledger account create|get|list`, `ledger post` (and holds), `ledger capture`,
-//! `ledger void`, `ledger posting get`, `ledger balance`, each on the ledger of `--ledger`
-//! (env `LEDGER_LEDGER`, default `default`), and `ledger ledgers create|get|list`. `post`,
-//! `capture` and `void` need an idempotency key, as every caller of the ledger does: a retry
-//! with the same key never makes a second posting.
+//! `ledger account create|get|list|update|versions`, `ledger post` (and holds, and its
+//! conditions), `ledger capture`, `ledger void`, `ledger posting get`, `ledger balance`, each
+//! on the ledger of `--ledger` (env `LEDGER_LEDGER`, default `default`), and `ledger ledgers
+//! create|get|list`. `post`, `capture`, `void` and `account update` need an idempotency key,
+//! as every caller of the ledger does: a retry with the same key never writes twice.
 //!
-//! `args.rs` has their arguments (clap), `post.rs` `ledger post` (one posting, or a file's
-//! list as one `PostBatch`), `ledgers.rs` `ledger ledgers`; here are the others, and what
-//! every command shares: its failure, the key a write needs, the printing of an answer.
+//! `args.rs` has their arguments (clap), `terms_args.rs` those of `ledger account update` and
+//! of a post's conditions, `accounts.rs` `ledger account`, `post.rs` `ledger post` (one
+//! posting, or a file's list as one `PostBatch`), `ledgers.rs` `ledger ledgers`; here are the
+//! others, and what every command shares: its failure, the key a write needs, the printing of
+//! an answer.
 
+mod accounts;
 mod args;
 mod ledgers;
 mod post;
+mod terms_args;
 
+pub use accounts::{account, update_account, update_request};
 pub use args::{
     parse_leg, AccountCommand, BalanceArgs, CaptureArgs, Common, LedgersCommand, LedgersCommon,
     PostArgs, PostingCommand, Side, VoidArgs,
 };
 pub use ledgers::ledgers;
 pub use post::{post, post_plan, PostPlan};
+pub use terms_args::{
+    parse_debit_limit, parse_if_available, parse_if_last_sequence, AccountUpdateArgs, StatusArg,
+};
 
 use super::output::{self, Format};
 use super::ToolError;
@@ -52,10 +60,15 @@ const KEY_WHY: &str = "the idempotency key that makes a retry safe (send the sam
 
 /// The key a write needs, or the usage error that says why.
 fn required_key(key: &Option<String>, command: &str) -> Result<String, Failure> {
+    required_key_for(key, command, KEY_WHY)
+}
+
+/// The key a write needs, or the usage error that says `why` it needs one.
+fn required_key_for(key: &Option<String>, command: &str, why: &str) -> Result<String, Failure> {
     match key.as_deref() {
         Some(k) if !k.is_empty() => Ok(k.to_owned()),
         _ => Err(Failure::Usage(format!(
-            "ledger {command} needs --key KEY: {KEY_WHY}"
+            "ledger {command} needs --key KEY: {why}"
         ))),
     }
 }
@@ -106,100 +119,6 @@ fn print_created(
 
 fn print_text(text: &str) -> Result<(), ToolError> {
     super::output::print_out(text).map_err(|e| ToolError(format!("cannot write to stdout: {e}")))
-}
-
-pub async fn account(cmd: AccountCommand) -> Result<(), ToolError> {
-    match cmd {
-        AccountCommand::Create {
-            code,
-            currency,
-            scale,
-            normal,
-            allow_negative,
-            metadata,
-            common,
-        } => {
-            let normal_balance = match normal {
-                Side::Debit => pb::NormalBalance::Debit,
-                Side::Credit => pb::NormalBalance::Credit,
-            } as i32;
-            let req = pb::CreateAccountRequest {
-                ledger: common.ledger.code(),
-                code,
-                currency,
-                scale,
-                normal_balance,
-                allow_negative,
-                metadata: metadata.into_iter().collect(),
-            };
-            let r = common
-                .client
-                .connect()
-                .await?
-                .create_account(req)
-                .await?
-                .into_inner();
-            let account = r.account.as_ref().map(output::account_json);
-            print_created(common.format, "account", account, r.created)
-        }
-        AccountCommand::Get { code, common } => {
-            let a = common
-                .client
-                .connect()
-                .await?
-                .get_account(pb::GetAccountRequest {
-                    ledger: common.ledger.code(),
-                    code,
-                    as_of: None,
-                })
-                .await?
-                .into_inner();
-            print(common.format, &output::account_json(&a))
-        }
-        AccountCommand::List { prefix, common } => list_accounts(&prefix, &common).await,
-    }
-}
-
-async fn list_accounts(prefix: &str, common: &Common) -> Result<(), ToolError> {
-    let mut client = common.client.connect().await?;
-    let (mut all, mut token) = (Vec::new(), String::new());
-    loop {
-        let req = pb::ListAccountsRequest {
-            ledger: common.ledger.code(),
-            prefix: prefix.to_owned(),
-            page_size: ledger_core::limits::MAX_PAGE_SIZE,
-            page_token: token,
-        };
-        let page = client.list_accounts(req).await?.into_inner();
-        all.extend(page.accounts);
-        token = page.next_page_token;
-        if token.is_empty() {
-            break;
-        }
-    }
-    if common.format == Format::Json {
-        let accounts: Vec<Value> = all.iter().map(output::account_json).collect();
-        return print(Format::Json, &json!({ "accounts": accounts }));
-    }
-    let mut rows = vec![["CODE", "CURRENCY", "SCALE", "NORMAL", "NEGATIVE"]
-        .map(String::from)
-        .to_vec()];
-    for a in &all {
-        let side = if a.normal_balance == pb::NormalBalance::Credit as i32 {
-            "credit"
-        } else {
-            "debit"
-        };
-        rows.push(vec![
-            a.code.clone(),
-            a.currency.clone(),
-            a.scale.to_string(),
-            side.into(),
-            if a.allow_negative { "allowed" } else { "no" }.into(),
-        ]);
-    }
-    super::output::print_out(&output::columns(&rows))
-        .map_err(|e| ToolError(format!("cannot write to stdout: {e}")))
 }
 
 pub async fn void(a: VoidArgs) -> Result<(), Failure> {

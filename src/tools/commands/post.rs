@@ -124,6 +124,7 @@ fn with_flags(a: &PostArgs, mut req: pb::PostRequest) -> pb::PostRequest {
     if let Some(t) = a.hold_expires_at {
         req.hold_expires_at = Some(time_to_pb(t));
     }
+    req.conditions.extend(a.conditions());
     req
 }
 
@@ -136,13 +137,15 @@ fn refuse_flags_for_one(a: &PostArgs) -> Result<(), Failure> {
         ("--meta", !a.metadata.is_empty()),
         ("--hold", a.hold),
         ("--hold-expires-at", a.hold_expires_at.is_some()),
+        ("--if-last-sequence", !a.if_last_sequence.is_empty()),
+        ("--if-available", !a.if_available.is_empty()),
     ];
     let given: Vec<&str> = given.iter().filter(|(_, g)| *g).map(|(f, _)| *f).collect();
     if given.is_empty() {
         return Ok(());
     }
     Err(Failure::Usage(format!(
-        "{} apply to one posting; the --file holds a list of requests, sent as one PostBatch: give the idempotencyKey, memo, effectiveAt, metadata, hold and holdExpiresAt in each request",
+        "{} apply to one posting; the --file holds a list of requests, sent as one PostBatch: give the idempotencyKey, memo, effectiveAt, metadata, hold, holdExpiresAt and conditions in each request",
         given.join(", ")
     )))
 }

@@ -18,7 +18,7 @@ pub enum Command {
     /// The ledger's own release of an expired hold (caller [`LEDGER_CALLER`]).
     Expire(ValidExpire),
     /// A new version of an account's terms.
-    Update(ValidUpdate),
+    Update(Box<ValidUpdate>),
 }
 
 /// The release of an expired hold, as the expiry task asks for it.

@@ -692,7 +692,7 @@ impl Book {
                 let req = update_request(*key, *account, *expected, change);
                 let valid = req.validate(&accounts()[ACCOUNTS[*account].0]).ok()?;
                 (
-                    Command::Update(valid),
+                    Command::Update(Box::new(valid)),
                     format!("update {account} {expected} {change:?}"),
                 )
             }
@@ -910,7 +910,7 @@ impl Book {
     }
 
     fn check_sums(&self) -> Result<(), TestCaseError> {
-        for a in 0..ACCOUNTS.len() {
+        for (a, &(_, _, negative)) in ACCOUNTS.iter().enumerate() {
             let t = self
                 .store
                 .totals
@@ -929,7 +929,7 @@ impl Book {
                 .terms
                 .get(&(a as i64))
                 .cloned()
-                .unwrap_or(Terms::initial(ACCOUNTS[a].2));
+                .unwrap_or(Terms::initial(negative));
             prop_assert_eq!(&terms, &self.model.terms[a], "terms of account {}", a);
         }
         Ok(())

@@ -196,7 +196,7 @@ impl Ledger {
         let valid = req.validate(&account)?;
         let (version, replayed) = self
             .writer
-            .submit(book.id, caller.to_owned(), Command::Update(valid))
+            .submit(book.id, caller.to_owned(), Command::Update(Box::new(valid)))
             .await?
             .updated();
         Ok((account, version, replayed))

@@ -1,22 +1,20 @@
 //! The load step: the batch's transaction up to the snapshot its decision needs.
 
-use super::terms::{versions_by_key, windows, Named, WINDOWS_SQL};
+use super::decided::{claimed_keys, key_states};
+use super::terms::{windows, WINDOWS_SQL};
 use super::{BEGIN_SQL, CUSTOM_PLANS};
 use crate::storage::accounts::{get_or_load, Found};
-use crate::storage::read::{
-    direction_from_sql, postings_by_sequence, stored_rejection, with_state, TARGET_STATES_SQL,
-};
+use crate::storage::read::{direction_from_sql, with_state, TARGET_STATES_SQL};
 use crate::storage::terms::terms_from_row;
 use crate::storage::{StorageError, LEDGER_LOCK_CLASS};
 use ledger_core::account::{Account, AccountCache};
 use ledger_core::amount::{parse_stored, Amount};
 use ledger_core::engine::Totals;
 use ledger_core::ledger::LedgerId;
-use ledger_core::posting::Fingerprint;
 use ledger_core::record::Posting;
 use ledger_core::write::{
-    distinct_keys, update_windows, AccountState, Clock, Command, Done, ExpiringHold, HeldLeg,
-    KeyState, NamedPostings, Operation, Snapshot, StoredDecision, WriteRequest,
+    distinct_keys, update_windows, AccountState, Clock, Command, ExpiringHold, HeldLeg,
+    NamedPostings, Snapshot, WriteRequest,
 };
 use ledger_core::LedgerError;
 use std::collections::HashMap;
@@ -37,16 +35,6 @@ const CLAIM_SQL: &str = "WITH u AS (
         ON CONFLICT ON CONSTRAINT idempotency_keys_unique DO NOTHING
         RETURNING caller, idempotency_key, key_id)
      SELECT u.n, ins.key_id FROM u JOIN ins ON ins.caller = u.c AND ins.idempotency_key = u.k
-     ORDER BY u.n";
-
-/// The stored decision of keys decided before this batch (run only when the claim left some
-/// keys unclaimed).
-const DECIDED_SQL: &str =
-    "SELECT u.n, k.key_id, k.operation, k.fingerprint, p.sequence, r.reason, r.message, r.metadata
-     FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(c, k, n)
-     JOIN idempotency_keys k ON k.ledger_id = $3 AND k.caller = u.c AND k.idempotency_key = u.k
-     LEFT JOIN postings p ON p.key_id = k.key_id
-     LEFT JOIN rejections r ON r.ledger_id = $3 AND r.caller = u.c AND r.idempotency_key = u.k
      ORDER BY u.n";
 
 /// The ledger's last committed batch and the clock, read under the lock.
@@ -302,11 +290,14 @@ fn windows_set(requests: &[WriteRequest]) -> (Vec<i64>, Vec<i64>) {
         .unzip()
 }
 
+/// The claim's columns: callers, keys, operations, fingerprints.
+type ClaimColumns<'a> = (Vec<&'a str>, Vec<&'a str>, Vec<&'static str>, Vec<&'a [u8]>);
+
 /// The claim's columns: each distinct key's caller, key, operation and fingerprint.
 fn claim_columns<'a>(
     requests: &'a [WriteRequest],
     firsts: &[usize],
-) -> (Vec<&'a str>, Vec<&'a str>, Vec<&'static str>, Vec<&'a [u8]>) {
+) -> ClaimColumns<'a> {
     let r = |i: &usize| &requests[*i];
     (
         firsts.iter().map(|i| r(i).caller.as_str()).collect(),
@@ -327,161 +318,6 @@ fn clock_of(state: &Row) -> Clock {
         last_sequence: state.get("last_sequence"),
         last_recorded_at: state.get("last_recorded_at"),
         now: state.get("now"),
-    }
-}
-
-/// The number of each key this batch claimed (`None`: decided earlier), in key order.
-fn claimed_keys(claim: &[Row], keys: usize) -> Vec<Option<i64>> {
-    assert!(claim.len() <= keys, "at most one claim row per key");
-    let mut claimed: Vec<Option<i64>> = vec![None; keys];
-    for row in claim {
-        let n: i64 = row.get("n");
-        assert!(
-            n >= 1 && n as usize <= keys,
-            "claim row {n} names a key of the batch"
-        );
-        let slot = &mut claimed[n as usize - 1];
-        assert!(slot.is_none(), "key {n} claimed twice");
-        *slot = Some(row.get("key_id"));
-    }
-    claimed
-}
-
-/// Each key's state: claimed now, or its decision stored earlier (one more round trip, only
-/// when the batch has keys decided earlier).
-async fn key_states(
-    client: &deadpool_postgres::Client,
-    ledger: LedgerId,
-    requests: &[WriteRequest],
-    firsts: &[usize],
-    claimed: &[Option<i64>],
-) -> Result<Vec<KeyState>, StorageError> {
-    let unclaimed: Vec<usize> = firsts
-        .iter()
-        .zip(claimed)
-        .filter(|(_, c)| c.is_none())
-        .map(|(&i, _)| i)
-        .collect();
-    let rows = if unclaimed.is_empty() {
-        Vec::new()
-    } else {
-        let c: Vec<&str> = unclaimed
-            .iter()
-            .map(|&i| requests[i].caller.as_str())
-            .collect();
-        let k: Vec<&str> = unclaimed
-            .iter()
-            .map(|&i| requests[i].command.key())
-            .collect();
-        let st = client.prepare_cached(DECIDED_SQL).await?;
-        client.query(&st, &[&c, &k, &ledger]).await?
-    };
-    assert_eq!(
-        rows.len(),
-        unclaimed.len(),
-        "a key that conflicted must exist"
-    );
-    let seqs: Vec<i64> = rows
-        .iter()
-        .filter_map(|r| r.get::<_, Option<i64>>("sequence"))
-        .collect();
-    let (mut postings, mut bad) = load_postings_tolerant(client, &seqs).await?;
-    let mut versions = versions_by_key(client, &rows).await?;
-    let mut rows = rows.iter().enumerate();
-    Ok(claimed
-        .iter()
-        .zip(firsts)
-        .map(|(c, &i)| match c {
-            Some(key_id) => KeyState::Claimed(*key_id),
-            None => {
-                let (j, row) = rows.next().expect("a decision row per unclaimed key");
-                assert_eq!(
-                    row.get::<_, i64>("n"),
-                    j as i64 + 1,
-                    "decision rows in order"
-                );
-                let found = Named {
-                    postings: &mut postings,
-                    bad: &mut bad,
-                    versions: &mut versions,
-                };
-                stored_decision(row, requests[i].command.key(), found)
-            }
-        })
-        .collect())
-}
-
-/// A key's stored decision, or the refusal when it cannot be read.
-fn stored_decision(row: &Row, key: &str, found: Named) -> KeyState {
-    let key_id: i64 = row.get("key_id");
-    let outcome = match (
-        row.get::<_, Option<i64>>("sequence"),
-        found.versions.remove(&key_id),
-    ) {
-        (_, Some(Err(e))) => return KeyState::Unreadable(e),
-        (_, Some(Ok(v))) => Ok(Done::Version(v)),
-        (Some(seq), None) => match found.bad.get(&seq) {
-            Some(e) => return KeyState::Unreadable(e.clone()),
-            None => Ok(Done::Posting(
-                found
-                    .postings
-                    .remove(&seq)
-                    .expect("replayed posting loaded"),
-            )),
-        },
-        (None, None) => match stored_rejection(
-            key,
-            row.get("reason"),
-            row.get("message"),
-            row.get("metadata"),
-        ) {
-            Ok(rejection) => Err(rejection),
-            Err(e) => return KeyState::Unreadable(e.into_ledger_error()),
-        },
-    };
-    let operation = row.get::<_, &str>("operation");
-    let operation = Operation::parse(operation)
-        .unwrap_or_else(|| panic!("stored operation {operation:?} (a CHECK constraint)"));
-    let fingerprint: Fingerprint = row
-        .get::<_, &[u8]>("fingerprint")
-        .try_into()
-        .expect("a 32-byte fingerprint (a CHECK constraint)");
-    KeyState::Decided(Box::new(StoredDecision {
-        operation,
-        fingerprint,
-        outcome,
-    }))
-}
-
-/// Postings by sequence; those that break an invariant come back apart, as the refusal of
-/// the requests that touch them.
-async fn load_postings_tolerant(
-    client: &deadpool_postgres::Client,
-    sequences: &[i64],
-) -> Result<(HashMap<i64, Posting>, HashMap<i64, LedgerError>), StorageError> {
-    let mut left = sequences.to_vec();
-    let mut bad = HashMap::new();
-    loop {
-        match postings_by_sequence(client, &left).await {
-            Ok(ps) => {
-                let good = ps.into_iter().map(|p| (p.sequence as i64, p)).collect();
-                return Ok((good, bad));
-            }
-            Err(StorageError::Corrupt {
-                row,
-                sequence: Some(s),
-                detail,
-            }) if left.contains(&s) => {
-                left.retain(|&x| x != s);
-                let e = StorageError::Corrupt {
-                    row,
-                    sequence: Some(s),
-                    detail,
-                };
-                bad.insert(s, e.into_ledger_error());
-            }
-            Err(e) => return Err(e),
-        }
     }
 }
 

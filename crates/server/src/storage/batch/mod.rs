@@ -24,6 +24,7 @@
 //! [`AccountCache`]: ledger_core::account::AccountCache
 //! [`Snapshot`]: ledger_core::write::Snapshot
 
+mod decided;
 mod load;
 mod terms;
 mod write;

@@ -1,12 +1,9 @@
-//! What account versions need of the batch's load: the windows of debit limits, and the
-//! versions recorded under keys decided before.
+//! What debit limits need of the batch's load: their windows.
 
-use crate::storage::terms::{keyed_version, VERSION_BY_KEY_SQL};
 use crate::storage::StorageError;
 use ledger_core::amount::parse_stored;
-use ledger_core::record::Posting;
-use ledger_core::terms::{AccountVersion, DebitWindow};
-use ledger_core::write::{AccountState, Operation};
+use ledger_core::terms::DebitWindow;
+use ledger_core::write::AccountState;
 use ledger_core::LedgerError;
 use std::collections::HashMap;
 use tokio_postgres::Row;
@@ -51,42 +48,6 @@ pub(super) const WINDOWS_SQL: &str = "WITH h AS (
              WHERE e.account_id = c.id AND e.sequence > coalesce(c.lo_seq, 0)
                AND e.sequence <= c.hi_seq AND e.direction = 'D' ORDER BY e.sequence) AS edge_amount
      FROM c";
-
-/// The versions recorded under the keys of decision rows whose operation is an update, by
-/// key number (one more round trip, only when there are any).
-pub(super) async fn versions_by_key(
-    client: &deadpool_postgres::Client,
-    rows: &[Row],
-) -> Result<HashMap<i64, Result<AccountVersion, LedgerError>>, StorageError> {
-    let keys: Vec<i64> = rows
-        .iter()
-        .filter(|r| r.get::<_, &str>("operation") == Operation::Update.as_str())
-        .map(|r| r.get("key_id"))
-        .collect();
-    if keys.is_empty() {
-        return Ok(HashMap::new());
-    }
-    let st = client.prepare_cached(VERSION_BY_KEY_SQL).await?;
-    let found = client.query(&st, &[&keys]).await?;
-    let mut out = HashMap::new();
-    for r in &found {
-        let key_id: i64 = r.get("key_id");
-        out.insert(
-            key_id,
-            keyed_version(r)
-                .map(|(_, v)| v)
-                .map_err(|e| e.into_ledger_error()),
-        );
-    }
-    Ok(out)
-}
-
-/// What decided keys' rows name, loaded.
-pub(super) struct Named<'a> {
-    pub(super) postings: &'a mut HashMap<i64, Posting>,
-    pub(super) bad: &'a mut HashMap<i64, LedgerError>,
-    pub(super) versions: &'a mut HashMap<i64, Result<AccountVersion, LedgerError>>,
-}
 
 /// What the debit limits need, from the [`WINDOWS_SQL`] rows; a row that cannot be read
 /// makes the account corrupt.
