@@ -1,7 +1,9 @@
 //! The transactional outbox: every accepted posting's event reaches a real NATS JetStream
 //! exactly once, in sequence order, through publisher crashes, broker outages and refusals.
-//! These tests use the ledger `default`; `ledgers` has those of several ledgers.
+//! These tests use the ledger `default`; `ledgers` has those of several ledgers, `accounts`
+//! the events of account versions.
 
+mod accounts;
 mod ledgers;
 
 use crate::support::nats::*;

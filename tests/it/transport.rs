@@ -153,7 +153,7 @@ async fn spawn_ledger(
 async fn lock_the_journal(t: &TestLedger) -> tokio_postgres::Client {
     let db = t.db().await;
     db.batch_execute(
-        "BEGIN; LOCK TABLE accounts, account_totals, postings, entries, idempotency_keys, \
+        "BEGIN; LOCK TABLE accounts, account_terms, account_totals, postings, entries, idempotency_keys, \
          rejections, outbox, ledger_state, ledgers IN ACCESS EXCLUSIVE MODE",
     )
     .await
@@ -208,6 +208,18 @@ fn one_write_call(method: &str, posting_id: &str) -> Option<Vec<u8>> {
         .encode_to_vec(),
         "CreateLedger" => pb::CreateLedgerRequest {
             code: "late".into(),
+            ..Default::default()
+        }
+        .encode_to_vec(),
+        "UpdateAccount" => pb::UpdateAccountRequest {
+            idempotency_key: "late-update".into(),
+            code: "acct:0".into(),
+            expected_version: 1,
+            update_mask: Some(prost_types::FieldMask {
+                paths: vec!["status".into()],
+            }),
+            status: pb::AccountStatus::Open as i32,
+            reason: "r".into(),
             ..Default::default()
         }
         .encode_to_vec(),
@@ -268,6 +280,12 @@ fn one_read_call(method: &str, posting_id: &str) -> Vec<u8> {
         .encode_to_vec(),
         "GetLedger" => pb::GetLedgerRequest {
             code: "not-cached".into(),
+        }
+        .encode_to_vec(),
+        "ListAccountVersions" => pb::ListAccountVersionsRequest {
+            code: "acct:0".into(),
+            page_size: 10,
+            ..Default::default()
         }
         .encode_to_vec(),
         "ListLedgers" => pb::ListLedgersRequest {

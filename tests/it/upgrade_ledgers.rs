@@ -3,7 +3,7 @@
 //! events, and every answer is the same after.
 //!
 //! The journal is written by the service, then taken back to the schema before 0013 by the
-//! inverse of that migration (checked against a database migrated only that far: the same
+//! inverse of that migration and of those after it (checked against a database migrated only that far: the same
 //! tables, columns, constraints, indexes, functions and triggers), then migrated again.
 
 use crate::support::*;
@@ -11,7 +11,7 @@ use ledger_server::grpc::pb;
 use ledger_server::grpc::pb::Direction::{Credit as C, Debit as D};
 use ledger_server::storage::migrate::MIGRATIONS;
 
-/// The inverse of 0014 and 0013 on a database that holds only the ledger `default`.
+/// The inverse of 0015, 0014 and 0013 on a database that holds only the ledger `default`.
 fn downgrade_sql() -> String {
     let sql = |v: &str| MIGRATIONS.iter().find(|(n, _)| n.starts_with(v)).unwrap().1;
     let outbox = sql("0002");
@@ -21,7 +21,11 @@ fn downgrade_sql() -> String {
     let end = start + outbox[start..].find("END $$;").unwrap() + "END $$;".len();
     let delete_rule = outbox[start..end].replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION");
     format!(
-        "DROP TABLE account_terms CASCADE;
+        "DROP TABLE account_outbox, account_outbox_progress CASCADE;
+         DROP FUNCTION account_outbox_progress_forward_only(), account_outbox_refuse_change(),
+           account_outbox_delete_delivered_only();
+         DELETE FROM schema_migrations WHERE version = '0015_account_events';
+         DROP TABLE account_terms CASCADE;
          ALTER TABLE account_totals DROP COLUMN terms_version;
          ALTER TABLE idempotency_keys DROP CONSTRAINT idempotency_keys_operation_check;
          ALTER TABLE idempotency_keys ADD CONSTRAINT idempotency_keys_operation_check

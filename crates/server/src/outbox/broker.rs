@@ -2,7 +2,8 @@
 //! subjects brought to this version's), and the pipelined publish of one ledger's batch.
 
 use super::{
-    PublisherOptions, ACK_TIMEOUT, OLD_STREAM_SUBJECTS, STREAM, STREAM_SUBJECTS, SUBJECT_PREFIX,
+    PublisherOptions, ACCOUNT_SUBJECT_PREFIX, ACK_TIMEOUT, ALL_STREAM_SUBJECTS,
+    OLD_STREAM_SUBJECTS, STREAM, SUBJECT_PREFIX,
 };
 use crate::BoxError;
 use async_nats::jetstream::{self, context::PublishErrorKind, stream};
@@ -54,7 +55,7 @@ pub(super) struct BatchOutcome {
 }
 
 /// Publishes one ledger's batch to its `subject` (pipelined), then awaits the acks in order;
-/// stops at the first failure. `events` are (posting id, payload) in sequence order.
+/// stops at the first failure. `events` are (`Nats-Msg-Id`, payload) in their order.
 pub(super) async fn publish_batch(
     js: &jetstream::Context,
     subject: &str,
@@ -151,9 +152,12 @@ impl Broker {
 
 /// The subjects the stream should have instead of `existing`, or `None` when it has this
 /// version's already: an earlier version's ([`OLD_STREAM_SUBJECTS`]) give way to
-/// [`STREAM_SUBJECTS`]; subjects an operator added stay.
+/// [`ALL_STREAM_SUBJECTS`], those missing are added; subjects an operator added stay.
 pub(super) fn migrated_subjects(existing: &[String]) -> Option<Vec<String>> {
-    if existing.iter().any(|s| s == STREAM_SUBJECTS) {
+    if ALL_STREAM_SUBJECTS
+        .iter()
+        .all(|s| existing.iter().any(|e| e == s))
+    {
         return None;
     }
     let mut subjects: Vec<String> = existing
@@ -161,12 +165,16 @@ pub(super) fn migrated_subjects(existing: &[String]) -> Option<Vec<String>> {
         .filter(|s| !OLD_STREAM_SUBJECTS.contains(&s.as_str()))
         .cloned()
         .collect();
-    subjects.push(STREAM_SUBJECTS.to_owned());
+    for s in ALL_STREAM_SUBJECTS {
+        if !subjects.iter().any(|e| e == s) {
+            subjects.push(s.to_owned());
+        }
+    }
     Some(subjects)
 }
 
-/// Creates the stream if missing and gives an existing one this version's subjects; warns
-/// when it de-duplicates over a shorter window than configured.
+/// Creates the stream if missing and gives an existing one this version's subjects (keeping
+/// its events); warns when it de-duplicates over a shorter window than configured.
 async fn ensure_stream(
     js: &jetstream::Context,
     duplicate_window: Duration,
@@ -175,7 +183,7 @@ async fn ensure_stream(
     let mut s = js
         .get_or_create_stream(stream::Config {
             name: STREAM.to_string(),
-            subjects: vec![STREAM_SUBJECTS.to_string()],
+            subjects: ALL_STREAM_SUBJECTS.map(str::to_owned).to_vec(),
             storage: stream::StorageType::File,
             duplicate_window,
             num_replicas: replicas,
@@ -184,30 +192,7 @@ async fn ensure_stream(
         .await?;
     let mut info = s.info().await?.clone();
     if let Some(subjects) = migrated_subjects(&info.config.subjects) {
-        let before = info.config.subjects.clone();
-        let config = stream::Config {
-            subjects: subjects.clone(),
-            ..info.config.clone()
-        };
-        match js.update_stream(config).await {
-            Ok(updated) => {
-                tracing::warn!(
-                    stream = STREAM,
-                    ?before,
-                    after = ?subjects,
-                    "the stream's subjects changed: events are published per ledger on {SUBJECT_PREFIX}.<ledger code> now (a breaking change; the events published before stay in the stream on {SUBJECT_PREFIX})"
-                );
-                info = updated;
-            }
-            // Its subjects may still take ours (say `>`): publishing tells, and a stream that
-            // takes none of them brings us back here.
-            Err(e) => tracing::error!(
-                stream = STREAM,
-                subjects = ?before,
-                error = %e,
-                "cannot give the stream the subjects {STREAM_SUBJECTS}; change them with the nats CLI"
-            ),
-        }
+        info = update_subjects(js, info, subjects).await;
     }
     warn_on_differences(&info.config, duplicate_window, replicas);
     tracing::info!(
@@ -219,6 +204,54 @@ async fn ensure_stream(
         "JetStream stream ready"
     );
     Ok(())
+}
+
+/// Gives the stream `info` describes the `subjects` instead of its own, keeping its events;
+/// the stream's info after (before, if the broker refused).
+async fn update_subjects(
+    js: &jetstream::Context,
+    info: stream::Info,
+    subjects: Vec<String>,
+) -> stream::Info {
+    let before = info.config.subjects.clone();
+    let config = stream::Config {
+        subjects: subjects.clone(),
+        ..info.config.clone()
+    };
+    match js.update_stream(config).await {
+        Ok(updated) => {
+            if before
+                .iter()
+                .any(|s| OLD_STREAM_SUBJECTS.contains(&s.as_str()))
+            {
+                tracing::warn!(
+                    stream = STREAM,
+                    ?before,
+                    after = ?subjects,
+                    "the stream's subjects changed: events are published per ledger on {SUBJECT_PREFIX}.<ledger code> now (a breaking change; the events published before stay in the stream on {SUBJECT_PREFIX})"
+                );
+            } else {
+                tracing::info!(
+                    stream = STREAM,
+                    ?before,
+                    after = ?subjects,
+                    "the stream's subjects changed: account events are published per ledger on {ACCOUNT_SUBJECT_PREFIX}.<ledger code> now (the events in the stream stay)"
+                );
+            }
+            updated
+        }
+        // Its subjects may still take ours (say `>`): publishing tells, and a stream that
+        // takes none of them brings us back here.
+        Err(e) => {
+            tracing::error!(
+                stream = STREAM,
+                subjects = ?before,
+                error = %e,
+                "cannot give the stream the subjects {ALL_STREAM_SUBJECTS:?}; change them with the nats CLI"
+            );
+            info
+        }
+    }
 }
 
 fn warn_on_differences(config: &stream::Config, duplicate_window: Duration, replicas: usize) {
@@ -250,21 +283,29 @@ mod tests {
 
     #[test]
     fn an_earlier_versions_stream_subjects_give_way_to_every_ledgers_and_an_operators_stay() {
-        assert_eq!(migrated_subjects(&v(&["ledger.postings.>"])), None);
+        let both = ["ledger.postings.>", "ledger.accounts.>"];
+        assert_eq!(migrated_subjects(&v(&both)), None);
         assert_eq!(
-            migrated_subjects(&v(&["ledger.>"])),
-            Some(v(&["ledger.postings.>"]))
+            migrated_subjects(&v(&["ledger.accounts.>", "ledger.postings.>"])),
+            None
         );
+        assert_eq!(migrated_subjects(&v(&["ledger.>"])), Some(v(&both)));
+        assert_eq!(migrated_subjects(&v(&["ledger.postings"])), Some(v(&both)));
         assert_eq!(
-            migrated_subjects(&v(&["ledger.postings"])),
-            Some(v(&["ledger.postings.>"]))
+            migrated_subjects(&v(&["ledger.postings.>"])),
+            Some(v(&both)),
+            "the stream of the version before account events gets their subjects"
         );
         assert_eq!(
             migrated_subjects(&v(&["audit.>", "ledger.postings"])),
-            Some(v(&["audit.>", "ledger.postings.>"]))
+            Some(v(&["audit.>", "ledger.postings.>", "ledger.accounts.>"]))
         );
         assert_eq!(
             migrated_subjects(&v(&["audit.>", "ledger.postings.>"])),
+            Some(v(&["audit.>", "ledger.postings.>", "ledger.accounts.>"]))
+        );
+        assert_eq!(
+            migrated_subjects(&v(&["audit.>", "ledger.postings.>", "ledger.accounts.>"])),
             None
         );
     }

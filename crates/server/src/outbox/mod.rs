@@ -1,30 +1,42 @@
-//! The outbox publisher: delivers every accepted posting's event to NATS JetStream, once into
-//! the stream, in `sequence` order within each ledger, through crashes and broker outages.
+//! The outbox publisher: delivers every accepted posting's event, and every account version's
+//! that `UpdateAccount` records, to NATS JetStream, once into the stream, in order within each
+//! ledger, through crashes and broker outages.
 //!
-//! The writer stores one `outbox` row per accepted posting in the posting's own transaction.
-//! This module (apart from the server; `ledger relay` runs it alone, `ledger serve --nats-url`
-//! in-process) is the other half:
+//! The writer stores one `outbox` row per accepted posting, and one `account_outbox` row per
+//! account version, in the batch's own transaction. This module (apart from the server;
+//! `ledger relay` runs it alone, `ledger serve --nats-url` in-process) is the other half:
 //!
 //! * **Election.** A dedicated database session takes the advisory lock
 //!   [`PUBLISHER_LOCK`](crate::storage::PUBLISHER_LOCK) with `pg_try_advisory_lock`; the others
 //!   stand by and try again every [`STANDBY_RETRY`]. When the active publisher dies, its session
 //!   ends, the lock is released and a stand-by takes over. Every read and every progress write
 //!   goes through that same session, so progress is only ever recorded while the lock is held.
-//! * **Subjects.** A ledger's events go to [`subject`]`(code)` = `ledger.postings.<code>`, in
-//!   the stream [`STREAM`] with subjects [`STREAM_SUBJECTS`] (`ledger.postings.>`). A stream
-//!   made by an earlier version (subjects `ledger.>` or `ledger.postings`) gets its subjects
-//!   changed to these when the publisher first finds it ([`OLD_STREAM_SUBJECTS`]).
+//! * **Subjects.** A ledger's posting events go to [`subject`]`(code)` =
+//!   `ledger.postings.<code>`, its account events to [`account_subject`]`(code)` =
+//!   `ledger.accounts.<code>`, in the stream [`STREAM`] with subjects
+//!   [`ALL_STREAM_SUBJECTS`] (`ledger.postings.>`, `ledger.accounts.>`). A stream made by an
+//!   earlier version (subjects `ledger.>` or `ledger.postings`, [`OLD_STREAM_SUBJECTS`]; or
+//!   `ledger.postings.>` alone) gets its subjects changed to these, keeping its events, when
+//!   the publisher first finds it.
 //! * **Rounds.** Each ledger has its own progress (`outbox_progress`, one row per ledger). A
 //!   round takes the ledgers with events past their progress and serves each in turn, one
-//!   batch each, starting after the ledger served last (round-robin): a ledger with a large
-//!   backlog delays another by one batch at most. A batch is at most [`PUBLISH_BATCH`] of one
+//!   batch of each kind each, starting after the ledger served last (round-robin): a ledger
+//!   with a large backlog delays another by one batch of each kind at most. A batch is at most [`PUBLISH_BATCH`] of one
 //!   ledger's pending rows after its progress (by `sequence`, never by a serial id), their
 //!   postings loaded, each published with header `Nats-Msg-Id` = posting id and a protobuf
 //!   `ledger.v1.PostingEvent` payload naming the ledger; every JetStream ack is awaited, then
 //!   that ledger's progress is recorded up to the last event acknowledged without a gap.
+//! * **Account events.** A ledger's account events are a second queue of its own, served in
+//!   the same turn after its posting events' batch: at most [`PUBLISH_BATCH`] of its
+//!   `account_outbox` rows after its own progress (`account_outbox_progress`), by `event_id`
+//!   (commit order within a ledger), each with its account at that version, published with
+//!   `Nats-Msg-Id` = [`account_msg_id`] (`account:<ledger>:<code>:<version>`) and a protobuf
+//!   `ledger.v1.AccountEvent` payload, chained, acknowledged and recorded as posting events
+//!   are. Crashes, refusals (which halt that ledger's account events alone) and retention are
+//!   as below.
 //! * **Order.** Batches go out one after another. The publishes of a batch are pipelined; each
-//!   after the first carries `Nats-Expected-Last-Msg-Id` = the previous posting id of the same
-//!   ledger (the stream's last message, as only this batch is in flight), so if the broker
+//!   after the first carries `Nats-Expected-Last-Msg-Id` = the previous event's `Nats-Msg-Id`
+//!   (the stream's last message, as only this batch is in flight), so if the broker
 //!   refuses one event, it also refuses those after it instead of storing them out of order.
 //!   The first event of a batch follows the ledger's acknowledged progress. (The broker checks
 //!   duplicates first, so a re-publish after a crash is still acknowledged as a duplicate.)
@@ -35,19 +47,20 @@
 //! * **Broker down or slow.** Retries with capped exponential backoff ([`BACKOFF_CAP`]); the
 //!   writer never waits for the publisher, so `Post` is unaffected.
 //! * **Refusal.** An event the broker refuses for a non-transient reason (say it exceeds the
-//!   stream's maximum message size) halts its ledger at that event, loudly (an error log line
-//!   on every retry, naming the ledger, sequence, posting and reason): the ledger's events
-//!   behind it wait, so the order its consumers see is kept, while the other ledgers go on. It
+//!   stream's maximum message size) halts its ledger's events of that kind at that event,
+//!   loudly (an error log line on every retry, naming the ledger, the kind, the event and the
+//!   reason): the ledger's events of that kind behind it wait, so the order its consumers see
+//!   is kept, while its other kind and the other ledgers go on. It
 //!   resumes by itself once the broker accepts the event (fix the stream's configuration).
 //!   Nothing is skipped or parked.
-//! * **Retention.** Delivered rows older than the retention are deleted in batches of
-//!   [`PRUNE_BATCH`], each ledger's by its own progress; the database refuses to delete a row
-//!   its ledger has not delivered.
-//! * **Observability.** [`backlog`] gives the totals over every ledger (pending events, the
-//!   age of the oldest, the ledgers behind): the metrics show the totals alone, so they stay a
-//!   fixed set however many ledgers there are. [`ledger_backlog`] gives one ledger's; the
-//!   active publisher logs the totals and the [`BACKLOG_LOG_LEDGERS`] ledgers furthest behind
-//!   every [`BACKLOG_LOG_INTERVAL`].
+//! * **Retention.** Delivered rows of both outboxes older than the retention are deleted in
+//!   batches of [`PRUNE_BATCH`], each ledger's by its own progress; the database refuses to
+//!   delete a row its ledger has not delivered.
+//! * **Observability.** [`backlog`] gives the totals over every ledger (pending events of both
+//!   kinds, the age of the oldest, the ledgers behind): the metrics show the totals alone, so
+//!   they stay a fixed set however many ledgers there are. [`ledger_backlog`] gives one
+//!   ledger's; the active publisher logs the totals and the [`BACKLOG_LOG_LEDGERS`] ledgers
+//!   furthest behind every [`BACKLOG_LOG_INTERVAL`].
 //!
 //! Events carry the posting as it was committed, with `voided_by_posting_id` left empty and a
 //! hold pending: a void is announced by its own event (whose `voids_posting_id` names the
@@ -60,32 +73,53 @@
 //! `LEDGER_FAILPOINT=outbox-after-publish-before-progress` it aborts after the broker
 //! acknowledged a batch, before recording progress.
 
+mod batch;
 mod broker;
 mod publisher;
 
-use crate::grpc::convert::posting_to_pb;
+use crate::grpc::convert::{account_to_pb, posting_to_pb};
 use crate::grpc::pb;
 pub use crate::storage::outbox::{Backlog, LedgerBacklog};
 use crate::storage::StorageError;
 use ledger_core::ledger::LedgerId;
 use ledger_core::record::Posting;
+use ledger_core::terms::AccountVersion;
+use ledger_core::Account;
 pub use publisher::run;
 use std::time::Duration;
 
 /// The subjects of posting events begin so: a ledger's are on [`subject`]`(code)`.
 pub const SUBJECT_PREFIX: &str = "ledger.postings";
+/// The subjects of account events begin so: a ledger's are on [`account_subject`]`(code)`.
+pub const ACCOUNT_SUBJECT_PREFIX: &str = "ledger.accounts";
 /// JetStream stream, created if missing.
 pub const STREAM: &str = "LEDGER";
-/// Subjects of the stream: every ledger's.
+/// Subjects of every ledger's posting events (one of [`ALL_STREAM_SUBJECTS`]).
 pub const STREAM_SUBJECTS: &str = "ledger.postings.>";
+/// Subjects of every ledger's account events (one of [`ALL_STREAM_SUBJECTS`]).
+pub const ACCOUNT_STREAM_SUBJECTS: &str = "ledger.accounts.>";
+/// Subjects of the stream: every ledger's posting and account events.
+pub const ALL_STREAM_SUBJECTS: [&str; 2] = [STREAM_SUBJECTS, ACCOUNT_STREAM_SUBJECTS];
 /// Subjects an earlier version gave the stream (its events were all on `ledger.postings`):
-/// the publisher replaces them by [`STREAM_SUBJECTS`] in a stream that has them.
+/// the publisher replaces them by [`ALL_STREAM_SUBJECTS`] in a stream that has them.
 pub const OLD_STREAM_SUBJECTS: [&str; 2] = ["ledger.>", "ledger.postings"];
 
-/// The subject of ledger `ledger_code`'s events: `ledger.postings.<code>` (a ledger code is
-/// of a-z 0-9 _ -, so it is one subject token).
+/// The subject of ledger `ledger_code`'s posting events: `ledger.postings.<code>` (a ledger
+/// code is of a-z 0-9 _ -, so it is one subject token).
 pub fn subject(ledger_code: &str) -> String {
     format!("{SUBJECT_PREFIX}.{ledger_code}")
+}
+
+/// The subject of ledger `ledger_code`'s account events: `ledger.accounts.<code>`.
+pub fn account_subject(ledger_code: &str) -> String {
+    format!("{ACCOUNT_SUBJECT_PREFIX}.{ledger_code}")
+}
+
+/// The `Nats-Msg-Id` of the event of version `version` of account `account_code` of ledger
+/// `ledger_code`: `account:<ledger>:<code>:<version>` (unique, as a version is recorded once;
+/// never a posting id).
+pub fn account_msg_id(ledger_code: &str, account_code: &str, version: i64) -> String {
+    format!("account:{ledger_code}:{account_code}:{version}")
 }
 
 /// Default de-duplication window of the stream the publisher creates. It must cover the
@@ -95,7 +129,7 @@ pub const DEFAULT_DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 86_400);
 /// Events per publish batch (limit PUBLISH_BATCH): progress is recorded once per batch.
 pub const PUBLISH_BATCH: usize = 500;
-/// Outbox rows deleted per retention statement (limit PRUNE_BATCH).
+/// Outbox rows deleted per retention statement, of either outbox (limit PRUNE_BATCH).
 pub const PRUNE_BATCH: i64 = 1_000;
 /// Longest interval between retention runs.
 pub const PRUNE_INTERVAL_MAX: Duration = Duration::from_secs(60);
@@ -223,10 +257,21 @@ pub fn event_payload(p: &Posting, ledger_code: &str) -> Vec<u8> {
     })
 }
 
+/// The event of version `v` of account `a` of ledger `ledger_code`: the
+/// `ledger.v1.AccountEvent` payload, protobuf-encoded, the account as `GetAccount` shows it
+/// at that version (its terms and the version's own facts), naming the ledger.
+pub fn account_event_payload(a: &Account, v: &AccountVersion, ledger_code: &str) -> Vec<u8> {
+    prost::Message::encode_to_vec(&pb::AccountEvent {
+        account: Some(account_to_pb(a, v, ledger_code)),
+        ledger: ledger_code.to_owned(),
+    })
+}
+
 /// A place where the publisher can be made to crash (tests), named by [`FAILPOINT_ENV`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Failpoint {
-    /// After loading a batch of pending events, before publishing any.
+    /// After loading a batch of pending events (of postings or accounts), before publishing
+    /// any.
     BeforePublish,
     /// After the broker acknowledged a batch, before recording progress.
     AfterPublishBeforeProgress,
@@ -370,10 +415,61 @@ mod tests {
     fn each_ledger_has_its_subject_under_the_streams_subjects() {
         assert_eq!(subject("default"), "ledger.postings.default");
         assert_eq!(subject("eu-books_2"), "ledger.postings.eu-books_2");
+        assert_eq!(account_subject("eu-books_2"), "ledger.accounts.eu-books_2");
         assert_eq!(
-            STREAM_SUBJECTS,
-            format!("{SUBJECT_PREFIX}.>"),
-            "the stream takes every ledger's subject"
+            ALL_STREAM_SUBJECTS,
+            [
+                format!("{SUBJECT_PREFIX}.>"),
+                format!("{ACCOUNT_SUBJECT_PREFIX}.>")
+            ],
+            "the stream takes every ledger's subjects of both kinds"
+        );
+    }
+
+    #[test]
+    fn an_account_event_is_the_account_at_its_version_and_its_id_names_ledger_code_and_version() {
+        use ledger_core::terms::{AccountStatus, Terms};
+        let t = time::macros::datetime!(2026-12-03 12:00 UTC);
+        let a = Account {
+            id: 7,
+            ledger: 3,
+            code: "liabilities:wallet:alice".into(),
+            currency: "EUR".into(),
+            scale: 2,
+            normal_balance: ledger_core::NormalBalance::Credit,
+            allow_negative: false,
+            metadata: Default::default(),
+            created_at: t,
+        };
+        let v = AccountVersion {
+            account_id: 7,
+            terms: Terms {
+                version: 3,
+                status: AccountStatus::Frozen,
+                floor: Some(-5_000),
+                ceiling: None,
+                debit_limits: vec![],
+            },
+            after_sequence: ledger_core::ledger::stored(3, 12),
+            recorded_at: t,
+            caller: "ops".into(),
+            idempotency_key: "freeze".into(),
+            reason: "fraud".into(),
+            changed: vec!["status".into()],
+        };
+        let ev: pb::AccountEvent =
+            prost::Message::decode(account_event_payload(&a, &v, "eu-books").as_slice()).unwrap();
+        assert_eq!(ev.ledger, "eu-books");
+        let got = ev.account.unwrap();
+        assert_eq!(got, account_to_pb(&a, &v, "eu-books"));
+        assert_eq!(
+            (got.version, got.status, got.balance_floor.as_str()),
+            (3, pb::AccountStatus::Frozen as i32, "-50.00")
+        );
+        assert_eq!(got.version_info.unwrap().after_sequence, 12);
+        assert_eq!(
+            account_msg_id("eu-books", &a.code, 3),
+            "account:eu-books:liabilities:wallet:alice:3"
         );
     }
 

@@ -1,14 +1,16 @@
 //! The publisher loop: election, then rounds over the ledgers with pending events, each
-//! ledger's batch read → published → acks awaited → its progress recorded.
+//! ledger's batch of posting events, then of account events, read → published → acks
+//! awaited → its progress recorded.
 
+use super::batch::{Batch, Kind};
 use super::broker::{publish_batch, BatchOutcome, Broker, Failure};
 use super::{
-    event_payload, idle_pause, subject, Backoff, Failpoint, PublisherOptions, BACKLOG_LOG_INTERVAL,
-    BACKLOG_LOG_LEDGERS, PRUNE_BATCH, PRUNE_INTERVAL_MAX, PUBLISH_BATCH, STANDBY_RETRY,
+    idle_pause, Backoff, Failpoint, PublisherOptions, BACKLOG_LOG_INTERVAL, BACKLOG_LOG_LEDGERS,
+    PRUNE_BATCH, PRUNE_INTERVAL_MAX, STANDBY_RETRY,
 };
-use crate::storage::outbox::LedgerProgress;
-use crate::storage::{self, outbox as store, read};
-use ledger_core::ledger::{self, LedgerId};
+use crate::storage::outbox::LedgerWaiting;
+use crate::storage::{self, outbox as store};
+use ledger_core::ledger::LedgerId;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -137,58 +139,6 @@ async fn sleep_or_stop(shutdown: &mut watch::Receiver<bool>, d: Duration) -> boo
     stopping(shutdown)
 }
 
-/// The events of one batch of one ledger: the outbox rows, their stored sequences, and
-/// (posting id, payload).
-struct Batch {
-    pending: Vec<store::PendingEvent>,
-    sequences: Vec<i64>,
-    events: Vec<(String, Vec<u8>)>,
-}
-
-/// The pending events of ledger `code` after its stored sequence `progress`, at most
-/// [`PUBLISH_BATCH`], with their postings (none pending: `None`).
-async fn load_batch(
-    client: &crate::storage::Conn,
-    progress: i64,
-    code: &str,
-) -> Result<Option<Batch>, BoxError> {
-    let pending = store::pending(client, progress, PUBLISH_BATCH as i64).await?;
-    if pending.is_empty() {
-        return Ok(None);
-    }
-    for (i, ev) in pending.iter().enumerate() {
-        assert_eq!(
-            ev.sequence,
-            progress + 1 + i as i64,
-            "outbox rows of ledger {code:?} must follow its published sequence {progress} without a gap"
-        );
-    }
-    let sequences: Vec<i64> = pending.iter().map(|e| e.sequence).collect();
-    let postings = read::postings_by_sequence(client, &sequences).await?;
-    assert_eq!(
-        postings.len(),
-        pending.len(),
-        "outbox rows without postings"
-    );
-    let events = pending
-        .iter()
-        .zip(&postings)
-        .map(|(ev, p)| {
-            assert_eq!(
-                ev.posting_id, p.posting_id,
-                "outbox row {} names another posting",
-                ev.sequence
-            );
-            (p.posting_id.to_string(), event_payload(p, code))
-        })
-        .collect();
-    Ok(Some(Batch {
-        pending,
-        sequences,
-        events,
-    }))
-}
-
 /// The active publisher's periodic chores: the backlog log lines and pruning.
 struct Chores {
     prune_every: Duration,
@@ -215,13 +165,14 @@ impl Chores {
             self.next_log = Instant::now() + BACKLOG_LOG_INTERVAL;
         }
         if Instant::now() >= self.next_prune {
-            // One bounded statement per turn, so pruning a large backlog of delivered rows
-            // interleaves with publishing.
+            // One bounded statement per outbox per turn, so pruning a large backlog of
+            // delivered rows interleaves with publishing.
             let n = store::prune_delivered(client, retention, PRUNE_BATCH).await?;
-            if n > 0 {
-                tracing::info!(deleted = n, retention = ?retention, "outbox: delivered events past retention removed");
+            let a = store::prune_delivered_accounts(client, retention, PRUNE_BATCH).await?;
+            if n > 0 || a > 0 {
+                tracing::info!(deleted = n, deleted_account_events = a, retention = ?retention, "outbox: delivered events past retention removed");
             }
-            if n < PRUNE_BATCH as u64 {
+            if n.max(a) < PRUNE_BATCH as u64 {
                 self.next_prune = Instant::now() + self.prune_every;
             }
         }
@@ -229,7 +180,7 @@ impl Chores {
     }
 }
 
-/// A ledger the broker refused an event of: not served again before `until`.
+/// A ledger's kind of events the broker refused one of: not served again before `until`.
 struct Halt {
     backoff: Backoff,
     until: Instant,
@@ -237,10 +188,17 @@ struct Halt {
 
 /// The ledgers of a round in turn: those after `cursor` (the ledger served last) first, then
 /// the others from the lowest id. `ledgers` are by id.
-fn in_turn(mut ledgers: Vec<LedgerProgress>, cursor: Option<LedgerId>) -> Vec<LedgerProgress> {
+fn in_turn(mut ledgers: Vec<LedgerWaiting>, cursor: Option<LedgerId>) -> Vec<LedgerWaiting> {
     let served = ledgers.partition_point(|l| Some(l.ledger) <= cursor);
     ledgers.rotate_left(served);
     ledgers
+}
+
+/// A ledger's kinds of events waiting, each with its progress.
+fn kinds(w: &LedgerWaiting) -> impl Iterator<Item = (Kind, i64)> {
+    [(Kind::Postings, w.postings), (Kind::Accounts, w.accounts)]
+        .into_iter()
+        .filter_map(|(kind, progress)| progress.map(|p| (kind, p)))
 }
 
 /// The active publisher's state.
@@ -254,8 +212,8 @@ struct Active<'a> {
     codes: HashMap<LedgerId, String>,
     /// The ledger served last.
     cursor: Option<LedgerId>,
-    /// Ledgers halted at an event the broker refuses.
-    halted: HashMap<LedgerId, Halt>,
+    /// Ledgers' kinds of events halted at an event the broker refuses.
+    halted: HashMap<(LedgerId, Kind), Halt>,
 }
 
 impl<'a> Active<'a> {
@@ -295,7 +253,8 @@ impl<'a> Active<'a> {
         }
     }
 
-    /// One round: one batch of each ledger with pending events (but those halted), in turn.
+    /// One round: one batch of each kind of events pending of each ledger (but those halted),
+    /// the ledgers in turn, its posting events before its account events.
     /// The pause before the next round (none: at once).
     async fn round(
         &mut self,
@@ -303,24 +262,34 @@ impl<'a> Active<'a> {
         shutdown: &watch::Receiver<bool>,
     ) -> Result<Option<Duration>, BoxError> {
         let now = Instant::now();
-        let pending = store::ledgers_pending(client).await?;
+        let waiting = store::ledgers_waiting(client).await?;
         let look = now.elapsed();
-        let due: Vec<LedgerProgress> = in_turn(pending, self.cursor)
-            .into_iter()
-            .filter(|l| self.halted.get(&l.ledger).is_none_or(|h| h.until <= now))
+        let due: Vec<(LedgerId, Vec<(Kind, i64)>)> = in_turn(waiting, self.cursor)
+            .iter()
+            .map(|w| {
+                let due = kinds(w).filter(|(kind, _)| {
+                    let halt = self.halted.get(&(w.ledger, *kind));
+                    halt.is_none_or(|h| h.until <= now)
+                });
+                (w.ledger, due.collect::<Vec<_>>())
+            })
+            .filter(|(_, due)| !due.is_empty())
             .collect();
         if due.is_empty() {
             return Ok(Some(idle_pause(look)));
         }
-        self.learn_codes(client, &due).await?;
-        for l in due {
+        let ledgers: Vec<LedgerId> = due.iter().map(|(l, _)| *l).collect();
+        self.learn_codes(client, &ledgers).await?;
+        for (ledger, kinds) in due {
             if stopping(shutdown) {
                 return Ok(None);
             }
-            if let Some(pause) = self.turn(client, l).await? {
-                return Ok(Some(pause));
+            for (kind, progress) in kinds {
+                if let Some(pause) = self.turn(client, ledger, kind, progress).await? {
+                    return Ok(Some(pause));
+                }
             }
-            self.cursor = Some(l.ledger);
+            self.cursor = Some(ledger);
         }
         Ok(None)
     }
@@ -329,11 +298,11 @@ impl<'a> Active<'a> {
     async fn learn_codes(
         &mut self,
         client: &crate::storage::Conn,
-        ledgers: &[LedgerProgress],
+        ledgers: &[LedgerId],
     ) -> Result<(), BoxError> {
         let unknown: Vec<LedgerId> = ledgers
             .iter()
-            .map(|l| l.ledger)
+            .copied()
             .filter(|id| !self.codes.contains_key(id))
             .collect();
         if !unknown.is_empty() {
@@ -346,45 +315,42 @@ impl<'a> Active<'a> {
         }
     }
 
-    /// One batch of one ledger: its pending events from its progress on, published, its
-    /// progress recorded. A pause means every ledger must wait (the broker is unavailable).
+    /// One batch of one ledger's events of one kind: its pending ones from its progress on,
+    /// published, its progress recorded. A pause means every ledger must wait (the broker is
+    /// unavailable).
     async fn turn(
         &mut self,
         client: &crate::storage::Conn,
-        l: LedgerProgress,
+        ledger: LedgerId,
+        kind: Kind,
+        progress: i64,
     ) -> Result<Option<Duration>, BoxError> {
-        let code = self.codes[&l.ledger].clone();
-        let Some(batch) = load_batch(client, l.published_sequence, &code).await? else {
+        let code = self.codes[&ledger].clone();
+        let Some(batch) = Batch::load(client, kind, ledger, progress, &code).await? else {
             return Ok(None);
         };
         if self.failpoint == Some(Failpoint::BeforePublish) {
-            tracing::error!(
-                ledger = %code,
-                first_sequence = ledger::in_ledger(batch.sequences[0]),
-                "failpoint outbox-before-publish: aborting"
-            );
+            tracing::error!(ledger = %code, events = kind.as_str(), first = %batch.names[0], "failpoint outbox-before-publish: aborting");
             std::process::abort();
         }
         let js = match self.broker.context(self.opts).await {
             Ok(js) => js,
             Err(e) => {
                 let delay = self.backoff.next_delay();
-                tracing::warn!(error = %e, retry_in = ?delay, ledger = %code, pending_from = ledger::in_ledger(batch.sequences[0]), "outbox publisher: broker unavailable");
+                tracing::warn!(error = %e, retry_in = ?delay, ledger = %code, events = kind.as_str(), pending_from = %batch.names[0], "outbox publisher: broker unavailable");
                 return Ok(Some(delay));
             }
         };
-        let outcome = publish_batch(&js, &subject(&code), &batch.events).await;
+        let outcome = publish_batch(&js, &kind.subject(&code), &batch.events).await;
         if outcome.acked > 0 {
-            self.record(client, &outcome, &batch.sequences, &code)
-                .await?;
+            self.record(client, &outcome, &batch, ledger, &code).await?;
         }
         let Some(failure) = outcome.failure else {
             self.backoff.reset();
-            self.halted.remove(&l.ledger);
+            self.halted.remove(&(ledger, kind));
             return Ok(None);
         };
-        let at = &batch.pending[outcome.acked];
-        Ok(self.after(failure, outcome.acked, at, &code))
+        Ok(self.after(failure, outcome.acked, &batch, ledger, &code))
     }
 
     /// Records the progress of the acknowledged events of ledger `code`.
@@ -392,57 +358,64 @@ impl<'a> Active<'a> {
         &self,
         client: &crate::storage::Conn,
         outcome: &BatchOutcome,
-        sequences: &[i64],
+        batch: &Batch,
+        ledger: LedgerId,
         code: &str,
     ) -> Result<(), BoxError> {
         if self.failpoint == Some(Failpoint::AfterPublishBeforeProgress) {
             tracing::error!(
                 acked = outcome.acked,
                 ledger = %code,
+                events = batch.kind.as_str(),
                 "failpoint outbox-after-publish-before-progress: aborting"
             );
             std::process::abort();
         }
-        let last = sequences[outcome.acked - 1];
-        let published_sequence = ledger::in_ledger(last);
-        if !store::record_progress(client, last).await? {
+        let (last, published) = (
+            batch.marks[outcome.acked - 1],
+            &batch.names[outcome.acked - 1],
+        );
+        let recorded = match batch.kind {
+            Kind::Postings => store::record_progress(client, last).await?,
+            Kind::Accounts => store::record_account_progress(client, ledger, last).await?,
+        };
+        if !recorded {
             return Err(format!(
-                "the recorded progress of ledger {code:?} is beyond sequence {published_sequence}: another publisher is active"
+                "the recorded progress of ledger {code:?}'s {} events is beyond {published}: another publisher is active",
+                batch.kind.as_str()
             )
             .into());
         }
-        tracing::debug!(
-            ledger = %code,
-            published = outcome.acked,
-            duplicates = outcome.duplicates,
-            published_sequence,
-            "outbox events published"
-        );
+        let events = batch.kind.as_str();
+        tracing::debug!(ledger = %code, events, published = outcome.acked, duplicates = outcome.duplicates, up_to = %published, "outbox events published");
         if outcome.duplicates > 0 {
             tracing::info!(
                 ledger = %code,
+                events,
                 duplicates = outcome.duplicates,
-                published_sequence,
+                up_to = %published,
                 "events already in the stream were re-published (after a crash); the broker dropped the copies"
             );
         }
         Ok(())
     }
 
-    /// What a failure at event `at` of ledger `code` (after `acked` acknowledged ones) means:
-    /// the pause of every ledger (none: the next ledger goes on; this one is published again
-    /// from `at` in the next round, or after its own backoff when halted).
+    /// What a failure at the batch's event `acked` (after the `acked` acknowledged ones) of
+    /// ledger `code` means: the pause of every ledger (none: the next goes on; these events
+    /// are published again from there in the next round, or after their own backoff when
+    /// halted).
     fn after(
         &mut self,
         failure: Failure,
         acked: usize,
-        at: &store::PendingEvent,
+        batch: &Batch,
+        ledger: LedgerId,
         code: &str,
     ) -> Option<Duration> {
-        let sequence = ledger::in_ledger(at.sequence);
+        let (event, events) = (&batch.names[acked], batch.kind.as_str());
         let error = match failure {
             Failure::ChainBroken(error) if acked > 0 => {
-                tracing::debug!(%error, ledger = %code, sequence, "publishing again from the first event the broker did not take");
+                tracing::debug!(%error, ledger = %code, events, event = %event, "publishing again from the first event the broker did not take");
                 return None;
             }
             Failure::Transient {
@@ -453,25 +426,27 @@ impl<'a> Active<'a> {
                     self.broker.stream_lost();
                 }
                 let delay = self.backoff.next_delay();
-                tracing::warn!(%error, ledger = %code, sequence, retry_in = ?delay, "outbox publisher: broker unavailable or slow; retrying");
+                tracing::warn!(%error, ledger = %code, events, event = %event, retry_in = ?delay, "outbox publisher: broker unavailable or slow; retrying");
                 return Some(delay);
             }
             Failure::ChainBroken(error) | Failure::Refused(error) => error,
         };
-        let ledger = ledger::of_sequence(at.sequence);
-        let halt = self.halted.entry(ledger).or_insert_with(|| Halt {
-            backoff: Backoff::default(),
-            until: Instant::now(),
-        });
+        let halt = self
+            .halted
+            .entry((ledger, batch.kind))
+            .or_insert_with(|| Halt {
+                backoff: Backoff::default(),
+                until: Instant::now(),
+            });
         let delay = halt.backoff.next_delay();
         halt.until = Instant::now() + delay;
         tracing::error!(
             %error,
             ledger = %code,
-            sequence,
-            posting_id = %at.posting_id,
+            events,
+            event = %event,
             retry_in = ?delay,
-            "outbox publisher HALTED this ledger: the broker refuses this event; the ledger's events behind it wait so their order is kept (the other ledgers go on). Fix the stream (e.g. its max message size); publishing resumes once the broker accepts it"
+            "outbox publisher HALTED this ledger's events of this kind: the broker refuses this event; the ledger's events of this kind behind it wait so their order is kept (the other ledgers, and its other kind, go on). Fix the stream (e.g. its max message size); publishing resumes once the broker accepts it"
         );
         None
     }
@@ -507,11 +482,12 @@ async fn log_backlog(client: &crate::storage::Conn) -> Result<(), BoxError> {
 mod tests {
     use super::*;
 
-    fn ledgers(ids: &[LedgerId]) -> Vec<LedgerProgress> {
+    fn ledgers(ids: &[LedgerId]) -> Vec<LedgerWaiting> {
         ids.iter()
-            .map(|&ledger| LedgerProgress {
+            .map(|&ledger| LedgerWaiting {
                 ledger,
-                published_sequence: ledger::stored(ledger, 0),
+                postings: Some(ledger_core::ledger::stored(ledger, 0)),
+                accounts: None,
             })
             .collect()
     }
@@ -530,5 +506,21 @@ mod tests {
         assert_eq!(order(&[0, 3, 7], Some(4)), [7, 0, 3]);
         assert_eq!(order(&[0, 3, 7], Some(7)), [0, 3, 7]);
         assert_eq!(order(&[], Some(7)), Vec::<LedgerId>::new());
+    }
+
+    #[test]
+    fn a_ledgers_posting_events_are_served_before_its_account_events_and_only_kinds_waiting() {
+        let w = |postings, accounts| LedgerWaiting {
+            ledger: 3,
+            postings,
+            accounts,
+        };
+        let got = |w: LedgerWaiting| kinds(&w).collect::<Vec<_>>();
+        assert_eq!(
+            got(w(Some(9), Some(4))),
+            [(Kind::Postings, 9), (Kind::Accounts, 4)]
+        );
+        assert_eq!(got(w(None, Some(0))), [(Kind::Accounts, 0)]);
+        assert_eq!(got(w(Some(9), None)), [(Kind::Postings, 9)]);
     }
 }

@@ -61,6 +61,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0014_account_terms",
         include_str!("../../../../migrations/0014_account_terms.sql"),
     ),
+    (
+        "0015_account_events",
+        include_str!("../../../../migrations/0015_account_events.sql"),
+    ),
 ];
 
 /// Applies every migration not yet applied. Safe to run from several processes at once.

@@ -10,11 +10,21 @@
 //! the broker acknowledged. Migrations `0002_outbox` and `0013_ledgers` make the database
 //! refuse a progress that moves backwards and the deletion of an outbox row its ledger has not
 //! delivered yet.
+//!
+//! Account events have an outbox of their own (`account_outbox`, migration
+//! `0015_account_events`): one row per version `UpdateAccount` records, in the same batch
+//! transaction, numbered by `event_id` (commit order within a ledger, not gapless), with each
+//! ledger's progress in `account_outbox_progress` (no row: none published yet), under the same
+//! rules. The backlog counts both.
 
+use super::accounts::{account_from_row, ACCOUNT_COLUMNS};
+use super::terms::{keyed_version, TERMS_COLUMNS};
 use super::{StorageError, PUBLISHER_LOCK};
 use deadpool_postgres::GenericClient;
 use ledger_core::ledger::{self, LedgerId};
 use ledger_core::limits::SEQUENCE_BITS;
+use ledger_core::terms::AccountVersion;
+use ledger_core::Account;
 use std::time::Duration;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -26,6 +36,27 @@ pub struct PendingEvent {
     pub sequence: i64,
     pub posting_id: Uuid,
     pub created_at: OffsetDateTime,
+}
+
+/// An account version waiting in `account_outbox`, with its account.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingAccountEvent {
+    /// Its place in its ledger's order of account events.
+    pub event_id: i64,
+    pub created_at: OffsetDateTime,
+    pub account: Account,
+    pub version: AccountVersion,
+}
+
+/// A ledger with events waiting, of its postings, of its accounts or both, and the progress
+/// of each kind that has some.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LedgerWaiting {
+    pub ledger: LedgerId,
+    /// Posting events wait: the stored sequence of its last one the broker acknowledged.
+    pub postings: Option<i64>,
+    /// Account events wait: the event id of its last one the broker acknowledged (0: none).
+    pub accounts: Option<i64>,
 }
 
 /// A ledger with events waiting, and its recorded progress.
@@ -91,27 +122,52 @@ pub async fn published_sequence(
     Ok(row.get(0))
 }
 
-/// The ledgers with at least one event past their progress, by id. One probe of the outbox's
-/// primary key per ledger (the first row past its progress, within its range).
+/// The ledgers with at least one posting event past their progress, by id.
 pub async fn ledgers_pending(
     client: &impl GenericClient,
 ) -> Result<Vec<LedgerProgress>, StorageError> {
+    Ok(ledgers_waiting(client)
+        .await?
+        .into_iter()
+        .filter_map(|w| {
+            w.postings.map(|published_sequence| LedgerProgress {
+                ledger: w.ledger,
+                published_sequence,
+            })
+        })
+        .collect())
+}
+
+/// The ledgers with at least one event past their progress (posting events, account events
+/// or both), by id: the publisher's one look for work. One probe of each outbox's primary
+/// key per ledger (the first row past its progress, within its ledger).
+pub async fn ledgers_waiting(
+    client: &impl GenericClient,
+) -> Result<Vec<LedgerWaiting>, StorageError> {
     let bits = SEQUENCE_BITS as i32;
     let rows = client
         .query(
-            "SELECT p.ledger_id, p.published_sequence FROM outbox_progress p
-             WHERE EXISTS (SELECT 1 FROM outbox o
-                           WHERE o.sequence > p.published_sequence
-                             AND o.sequence < ((p.ledger_id::bigint + 1) << $1))
-             ORDER BY p.ledger_id",
+            "SELECT * FROM (
+               SELECT p.ledger_id, p.published_sequence,
+                      EXISTS (SELECT 1 FROM outbox o
+                              WHERE o.sequence > p.published_sequence
+                                AND o.sequence < ((p.ledger_id::bigint + 1) << $1)) AS postings,
+                      coalesce(ap.published_event_id, 0) AS published_event_id,
+                      EXISTS (SELECT 1 FROM account_outbox e
+                              WHERE e.ledger_id = p.ledger_id
+                                AND e.event_id > coalesce(ap.published_event_id, 0)) AS accounts
+               FROM outbox_progress p LEFT JOIN account_outbox_progress ap USING (ledger_id)) w
+             WHERE postings OR accounts
+             ORDER BY ledger_id",
             &[&bits],
         )
         .await?;
     Ok(rows
         .iter()
-        .map(|r| LedgerProgress {
+        .map(|r| LedgerWaiting {
             ledger: r.get(0),
-            published_sequence: r.get(1),
+            postings: r.get::<_, bool>(2).then(|| r.get(1)),
+            accounts: r.get::<_, bool>(4).then(|| r.get(3)),
         })
         .collect())
 }
@@ -172,28 +228,89 @@ pub async fn record_progress(
     Ok(n == 1)
 }
 
-/// Each ledger's backlog (`only`: that ledger's alone), by the database clock, by ledger id.
-/// Counts the pending rows of each ledger on the outbox's primary key.
+/// The next at most `limit` account events of ledger `ledger` after event `after`, in event
+/// order, each with its account and the version it announces.
+pub async fn pending_accounts(
+    client: &impl GenericClient,
+    ledger: LedgerId,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<PendingAccountEvent>, StorageError> {
+    let sql = format!(
+        "SELECT o.event_id, o.created_at AS event_created_at, {ACCOUNT_COLUMNS}, {TERMS_COLUMNS},
+                v.after_sequence, v.recorded_at AS v_recorded_at, v.caller AS v_caller,
+                v.idempotency_key AS v_key, v.reason AS v_reason, v.changed, v.key_id
+         FROM account_outbox o
+         JOIN accounts a ON a.account_id = o.account_id
+         JOIN account_terms v ON v.account_id = o.account_id AND v.terms_version = o.terms_version
+         WHERE o.ledger_id = $1 AND o.event_id > $2 ORDER BY o.event_id LIMIT $3"
+    );
+    let rows = client.query(&sql, &[&ledger, &after, &limit]).await?;
+    rows.iter()
+        .map(|r| {
+            Ok(PendingAccountEvent {
+                event_id: r.get("event_id"),
+                created_at: r.get("event_created_at"),
+                account: account_from_row(r)?,
+                version: keyed_version(r)?.1,
+            })
+        })
+        .collect()
+}
+
+/// Records that every account event of ledger `ledger` up to event `event_id` is delivered.
+/// Returns false (and changes nothing) when its recorded progress is already beyond it, which
+/// only another publisher could have done: the caller must stop publishing.
+pub async fn record_account_progress(
+    client: &impl GenericClient,
+    ledger: LedgerId,
+    event_id: i64,
+) -> Result<bool, StorageError> {
+    let n = client
+        .execute(
+            "INSERT INTO account_outbox_progress AS p (ledger_id, published_event_id, updated_at)
+             VALUES ($1, $2, clock_timestamp())
+             ON CONFLICT (ledger_id) DO UPDATE
+               SET published_event_id = excluded.published_event_id, updated_at = excluded.updated_at
+               WHERE p.published_event_id <= excluded.published_event_id",
+            &[&ledger, &event_id],
+        )
+        .await?;
+    Ok(n == 1)
+}
+
+/// For each ledger's row `p` of `outbox_progress`: its events waiting, of both kinds, as
+/// `b.pending`, and the seconds the oldest of them has waited as `b.age` (NULL: none), each
+/// outbox counted on its primary key.
+const PENDING_PER_LEDGER: &str = "CROSS JOIN LATERAL (
+       SELECT count(*) AS pending, min(o.created_at) AS oldest FROM outbox o
+       WHERE o.sequence > p.published_sequence
+         AND o.sequence < ((p.ledger_id::bigint + 1) << $1)) po
+     CROSS JOIN LATERAL (
+       SELECT count(*) AS pending, min(e.created_at) AS oldest FROM account_outbox e
+       WHERE e.ledger_id = p.ledger_id
+         AND e.event_id > coalesce((SELECT ap.published_event_id FROM account_outbox_progress ap
+                                    WHERE ap.ledger_id = p.ledger_id), 0)) pa
+     CROSS JOIN LATERAL (
+       SELECT po.pending + pa.pending AS pending,
+              extract(epoch FROM clock_timestamp() - least(po.oldest, pa.oldest))::float8 AS age) b";
+
+/// Each ledger's backlog (`only`: that ledger's alone), by the database clock, by ledger id:
+/// its posting and account events waiting. Counts the pending rows of each ledger on each
+/// outbox's primary key.
 pub async fn ledger_backlogs(
     client: &impl GenericClient,
     only: Option<LedgerId>,
 ) -> Result<Vec<LedgerBacklog>, StorageError> {
     let bits = SEQUENCE_BITS as i32;
-    let rows = client
-        .query(
-            "SELECT p.ledger_id, l.code, p.published_sequence, b.pending, b.age
-             FROM outbox_progress p JOIN ledgers l USING (ledger_id)
-             CROSS JOIN LATERAL (
-               SELECT count(*) AS pending,
-                      extract(epoch FROM clock_timestamp() - min(o.created_at))::float8 AS age
-               FROM outbox o
-               WHERE o.sequence > p.published_sequence
-                 AND o.sequence < ((p.ledger_id::bigint + 1) << $1)) b
-             WHERE $2::integer IS NULL OR p.ledger_id = $2
-             ORDER BY p.ledger_id",
-            &[&bits, &only],
-        )
-        .await?;
+    let sql = format!(
+        "SELECT p.ledger_id, l.code, p.published_sequence, b.pending, b.age
+         FROM outbox_progress p JOIN ledgers l USING (ledger_id)
+         {PENDING_PER_LEDGER}
+         WHERE $2::integer IS NULL OR p.ledger_id = $2
+         ORDER BY p.ledger_id"
+    );
+    let rows = client.query(&sql, &[&bits, &only]).await?;
     Ok(rows
         .iter()
         .map(|r| LedgerBacklog {
@@ -225,24 +342,17 @@ pub async fn ledger_backlog(
         })
 }
 
-/// The backlog of the whole outbox: every ledger's pending events, the age of the oldest
-/// (by the database clock) and how many ledgers have some. The one query of it: `/metrics`
-/// shows it, the publisher logs it.
+/// The backlog of the whole outbox: every ledger's pending events (of postings and of
+/// accounts), the age of the oldest (by the database clock) and how many ledgers have some.
+/// The one query of it: `/metrics` shows it, the publisher logs it.
 pub async fn backlog(client: &impl GenericClient) -> Result<Backlog, StorageError> {
     let bits = SEQUENCE_BITS as i32;
-    let row = client
-        .query_one(
-            "SELECT coalesce(sum(b.pending), 0)::bigint, max(b.age), count(*) FILTER (WHERE b.pending > 0)
-             FROM outbox_progress p
-             CROSS JOIN LATERAL (
-               SELECT count(*) AS pending,
-                      extract(epoch FROM clock_timestamp() - min(o.created_at))::float8 AS age
-               FROM outbox o
-               WHERE o.sequence > p.published_sequence
-                 AND o.sequence < ((p.ledger_id::bigint + 1) << $1)) b",
-            &[&bits],
-        )
-        .await?;
+    let sql = format!(
+        "SELECT coalesce(sum(b.pending), 0)::bigint, max(b.age), count(*) FILTER (WHERE b.pending > 0)
+         FROM outbox_progress p
+         {PENDING_PER_LEDGER}"
+    );
+    let row = client.query_one(&sql, &[&bits]).await?;
     Ok(Backlog {
         pending: row.get(0),
         oldest_age: age(row.get(1)),
@@ -274,6 +384,32 @@ pub async fn prune_delivered(
                  ORDER BY o.sequence LIMIT $2) d
                LIMIT $2)",
             &[&retention_us, &limit, &bits],
+        )
+        .await?;
+    Ok(n)
+}
+
+/// Deletes at most `limit` delivered account outbox rows older than `retention`, each by its
+/// own ledger's progress, oldest first within a ledger; returns how many. Call it again while
+/// it returns `limit`.
+pub async fn prune_delivered_accounts(
+    client: &impl GenericClient,
+    retention: Duration,
+    limit: i64,
+) -> Result<u64, StorageError> {
+    let retention_us = retention.as_micros().min(100 * 366 * 86_400 * 1_000_000) as i64;
+    let n = client
+        .execute(
+            "DELETE FROM account_outbox WHERE (ledger_id, event_id) IN (
+               SELECT d.ledger_id, d.event_id FROM account_outbox_progress p
+               CROSS JOIN LATERAL (
+                 SELECT o.ledger_id, o.event_id FROM account_outbox o
+                 WHERE o.ledger_id = p.ledger_id
+                   AND o.event_id <= p.published_event_id
+                   AND o.created_at < clock_timestamp() - $1::bigint * interval '1 microsecond'
+                 ORDER BY o.event_id LIMIT $2) d
+               LIMIT $2)",
+            &[&retention_us, &limit],
         )
         .await?;
     Ok(n)

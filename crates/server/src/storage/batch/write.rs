@@ -56,6 +56,11 @@ const VERSIONS_SQL: &str = "INSERT INTO account_terms (account_id, terms_version
                  $9::text[], $10::text[], $11::text[], $12::text[], $13::bigint[])
           AS u(a, v, st, fl, ce, dl, af, r, c, k, re, ch, kid)";
 
+/// The batch's account events, one per new version, in the plan's order (their `event_id`s
+/// in that order: `WITH ORDINALITY`).
+const ACCOUNT_OUTBOX_SQL: &str = "INSERT INTO account_outbox (ledger_id, account_id, terms_version, created_at)
+     SELECT $1::integer, a, v, $4 FROM unnest($2::bigint[], $3::bigint[]) WITH ORDINALITY AS u(a, v, n) ORDER BY n";
+
 const STATE_UPDATE_SQL: &str =
     "UPDATE ledger_state SET last_sequence = $1, last_recorded_at = $2 WHERE ledger_id = $3";
 
@@ -317,9 +322,13 @@ pub async fn write(
         client.prepare_cached(EXPIRING_INSERT_SQL),
         client.prepare_cached(EXPIRING_DELETE_SQL),
     )?;
-    let versions = client.prepare_cached(VERSIONS_SQL).await?;
+    let versions = futures_util::try_join!(
+        client.prepare_cached(VERSIONS_SQL),
+        client.prepare_cached(ACCOUNT_OUTBOX_SQL),
+    )?;
     let counts = send(client, &c, plan, clock, (st, versions)).await?;
     assert_eq!(counts.versions as usize, plan.versions.len());
+    assert_eq!(counts.account_outbox as usize, plan.versions.len());
     assert_eq!(counts.postings as usize, c.p_seq.len());
     assert_eq!(counts.entries as usize, c.e_seq.len());
     assert_eq!(counts.hold_legs as usize, c.h_seq.len());
@@ -350,9 +359,13 @@ type Statements = (
 /// A statement parameter.
 type P = dyn tokio_postgres::types::ToSql + Sync;
 
+/// The statements of the batch's new versions: `account_terms`, `account_outbox`.
+type VersionStatements = (tokio_postgres::Statement, tokio_postgres::Statement);
+
 /// Rows each statement changed.
 struct Counts {
     versions: u64,
+    account_outbox: u64,
     postings: u64,
     entries: u64,
     hold_legs: u64,
@@ -483,8 +496,8 @@ async fn send(
             x_st,
             xd_st,
         ),
-        versions_st,
-    ): (Statements, tokio_postgres::Statement),
+        (versions_st, account_outbox_st),
+    ): (Statements, VersionStatements),
 ) -> Result<Counts, StorageError> {
     let posts = c.p_seq.len();
     // The batch's ledger: the one whose state row its clock was read from.
@@ -496,16 +509,18 @@ async fn send(
     if let Some(v) = plan.versions.last() {
         last_recorded = last_recorded.max(v.version.recorded_at);
     }
-    let state_rows = posts + plan.versions.len();
+    let vs = plan.versions.len();
+    let state_rows = posts + vs;
     let versions_p = c.v.params();
+    let account_outbox_p: [&P; 4] = [&ledger, &c.v.account, &c.v.version, &plan.base];
     let outbox_p: [&P; 3] = [&c.p_seq, &c.p_id, &plan.base];
     let state_p: [&P; 3] = [&last_sequence, &last_recorded, &ledger];
     let (totals_p, postings_p, entries_p) = (c.totals_p(), c.postings_p(), c.entries_p());
     let (hold_legs_p, rejections_p) = (c.hold_legs_p(), c.rejections_p(&ledger));
     let (expiring_p, unexpiring_p) = (c.expiring_p(), c.unexpiring_p());
-    let (totals, versions, postings, _, _, entries, hold_legs, expiring, _, outbox, _, _) = futures_util::try_join!(
+    let r = futures_util::try_join!(
         maybe(client, c.t_id.len(), &totals_st, &totals_p),
-        maybe(client, plan.versions.len(), &versions_st, &versions_p),
+        maybe(client, vs, &versions_st, &versions_p),
         maybe(client, posts, &postings_st, &postings_p),
         maybe(client, c.xd_account.len(), &xd_st, &unexpiring_p),
         client.batch_execute(GENERIC_PLANS),
@@ -514,16 +529,18 @@ async fn send(
         maybe(client, c.x_account.len(), &x_st, &expiring_p),
         maybe(client, c.r_caller.len(), &rejections_st, &rejections_p),
         maybe(client, posts, &outbox_st, &outbox_p),
+        maybe(client, vs, &account_outbox_st, &account_outbox_p),
         maybe(client, state_rows, &state_st, &state_p),
         client.batch_execute("COMMIT")
     )?;
     Ok(Counts {
-        versions,
-        postings,
-        entries,
-        hold_legs,
-        outbox,
-        totals,
-        expiring,
+        totals: r.0,
+        versions: r.1,
+        postings: r.2,
+        entries: r.5,
+        hold_legs: r.6,
+        expiring: r.7,
+        outbox: r.9,
+        account_outbox: r.10,
     })
 }
