@@ -474,6 +474,27 @@ async fn an_account_closes_only_empty_and_closing_is_final() {
     post(&mut c, transfer("rest", "acct:0", "equity:world", "10.00"))
         .await
         .unwrap();
+    assert_eq!(t.balance("acct:0", None).await.balance, "0.00");
+    let incoming = c
+        .post(pb::PostRequest {
+            hold: true,
+            ..transfer("incoming", "equity:world", "acct:0", "5.00")
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .posting
+        .unwrap();
+    let held = apply(&mut c, close("close-held", 1)).await.unwrap_err();
+    assert_error(&held, Code::FailedPrecondition, "ACCOUNT_NOT_EMPTY");
+    assert!(held.message().contains("holds 5.00"), "{}", held.message());
+    c.void(pb::VoidRequest {
+        idempotency_key: "release".into(),
+        posting_id: incoming.posting_id,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
     let closed = apply(&mut c, close("close-2", 1)).await.unwrap();
     assert_eq!(closed.status, pb::AccountStatus::Closed as i32);
     assert_error(
@@ -693,4 +714,34 @@ async fn one_key_reused_for_the_same_change_of_another_account_is_refused_not_re
         1,
         "acct:1 unchanged"
     );
+}
+
+#[tokio::test]
+async fn conditions_in_a_post_batch_see_the_requests_before_them_in_the_call() {
+    let mut t = TestLedger::start().await;
+    let mut c = funded(&mut t).await;
+    let at_least = |key: &str, amount: &str| pb::PostRequest {
+        conditions: vec![pb::Condition {
+            account: "acct:0".into(),
+            check: Some(pb::condition::Check::AvailableAtLeast(amount.into())),
+        }],
+        ..transfer(key, "acct:0", "equity:world", "60.00")
+    };
+    let results = c
+        .post_batch(pb::PostBatchRequest {
+            ledger: String::new(),
+            requests: vec![at_least("first", "60.00"), at_least("second", "60.00")],
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .results;
+    let mut answers = results.into_iter().map(crate::batch::as_post_answer);
+    assert!(
+        answers.next().unwrap().is_ok(),
+        "100.00 available: the first posts"
+    );
+    let second = answers.next().unwrap().unwrap_err();
+    assert_error(&second, Code::FailedPrecondition, "CONDITION_FAILED");
+    assert!(second.message().contains("40.00"), "{}", second.message());
 }

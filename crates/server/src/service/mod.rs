@@ -211,19 +211,14 @@ impl Ledger {
         as_of: AsOf,
     ) -> Result<(Account, AccountVersion), LedgerError> {
         validate_code(code)?;
-        let at = match (as_of.recorded_at, as_of.effective_at) {
-            (None, None) => None,
-            (r, e) => {
-                let now = time::OffsetDateTime::now_utc();
-                if let Some(r) = r.filter(|r| *r > now) {
-                    return Err(LedgerError::new(
-                        Reason::AsOfInFuture,
-                        format!("as_of.recorded_at {} is in the future", rfc3339(r)),
-                    )
-                    .with("field", "as_of.recorded_at"));
-                }
-                Some(r.unwrap_or(now).min(e.unwrap_or(now)))
-            }
+        // A cut-off is resolved as every as-of read's is (refused in the future, fenced
+        // after a batch in flight): a version moves the recorded clock like a posting, so
+        // the answer at a resolved cut-off is final.
+        let at = if as_of == AsOf::default() {
+            None
+        } else {
+            let applied = self.resolve(book, as_of).await?;
+            Some(applied.recorded_at.min(applied.effective_at))
         };
         let client = self.client().await?;
         storage::terms::get_as_of(&client, book.id, code, at)
