@@ -71,7 +71,18 @@ pub struct BenchArgs {
     /// Prefix of the account codes (accounts are reused by later runs with the same prefix).
     #[arg(long, default_value = "bench")]
     pub prefix: String,
+    /// Give every account of the run two debit limits before the load (UpdateAccount, once:
+    /// an account that has them already keeps its version), so that each posting pays for
+    /// them: BENCH_DEBIT_LIMITS, large enough never to refuse. Accounts keep their limits
+    /// after the run, so compare runs with and without on different --prefix.
+    #[arg(long)]
+    pub debit_limits: bool,
 }
+
+/// The limits of `--debit-limits`, (minor units of EUR, window seconds): 10,000,000,000.00
+/// over a minute and over a day, far above what a run debits (its funding included).
+pub const BENCH_DEBIT_LIMITS: [(i64, u32); 2] =
+    [(1_000_000_000_000, 60), (1_000_000_000_000, 86_400)];
 
 impl BenchArgs {
     /// Options that could not make a run are refused by name.

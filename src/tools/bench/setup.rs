@@ -1,9 +1,12 @@
 //! Before the load: the run's accounts created (or found) in each of its ledgers and each
 //! asset account funded.
 
-use super::args::BenchArgs;
+use super::args::{BenchArgs, BENCH_DEBIT_LIMITS};
 use super::load::{eur, Plan};
-use ledger_client::{Client, Error, NewAccount, NewPosting, NormalBalance, MAX_CACHED_ACCOUNTS};
+use ledger_client::{
+    AccountUpdate, Client, DebitLimit, Error, NewAccount, NewPosting, NormalBalance,
+    MAX_CACHED_ACCOUNTS,
+};
 use ledger_server::BoxError;
 use std::sync::Arc;
 use std::time::Instant;
@@ -80,6 +83,39 @@ async fn prepare_ledger(
     Ok(())
 }
 
+/// Gives each of `codes` the limits of `--debit-limits` (an UpdateAccount under a key of the
+/// run), unless it has exactly them already; returns how many it updated.
+async fn give_debit_limits(
+    clients: &[Client],
+    codes: &[String],
+    run_id: &str,
+) -> Result<usize, BoxError> {
+    let ledger = clients[0].ledger_code();
+    let want: Vec<DebitLimit> = BENCH_DEBIT_LIMITS
+        .iter()
+        .map(|&(minor, secs)| DebitLimit::new(eur(minor), secs))
+        .collect();
+    let updated = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    in_parallel(clients, codes.len(), |c, i| {
+        let (code, want, updated) = (codes[i].clone(), want.clone(), updated.clone());
+        let key = format!("{run_id}-limits-{i}");
+        async move {
+            let a = c.account(&code).await?;
+            if a.debit_limits == want {
+                return Ok(());
+            }
+            let mut u = AccountUpdate::new(key, &code, a.version, "ledger bench --debit-limits");
+            u.debit_limits = Some(want);
+            c.update_account(u).await?;
+            updated.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok(())
+        }
+    })
+    .await
+    .map_err(|e| format!("giving accounts debit limits in ledger {ledger}: {e}"))?;
+    Ok(updated.load(std::sync::atomic::Ordering::Relaxed))
+}
+
 /// Creates (or reuses) the accounts in every ledger of the run (`views`: each ledger's
 /// clients) and funds each asset account; returns the plan and the number of funding
 /// postings made.
@@ -121,6 +157,11 @@ pub(super) async fn setup(
             accounts: &accounts,
         };
         prepare_ledger(clients, &creates, funds).await?;
+        if args.debit_limits {
+            let codes: Vec<String> = creates.iter().map(|a| a.code.clone()).collect();
+            let n = give_debit_limits(clients, &codes, &run_id).await?;
+            eprintln!("bench: {n} of {} accounts given two debit limits (--debit-limits; the others had them)", codes.len());
+        }
     }
     eprintln!(
         "bench: {} accounts ready and funded in {} ledger(s) in {:.1} s (run {run_id})",

@@ -92,6 +92,7 @@ pub(super) fn summary(
         "hot_account": args.hot_account,
         "legs": args.legs,
         "duplicates": args.duplicates,
+        "debit_limits": args.debit_limits,
         "run": shared.plan.run_id,
         "ledgers": shared.ledgers.len(),
         "per_ledger": per_ledger(shared, seconds),
