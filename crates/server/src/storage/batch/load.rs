@@ -1,7 +1,7 @@
 //! The load step: the batch's transaction up to the snapshot its decision needs.
 
 use super::decided::{claimed_keys, key_states};
-use super::terms::{windows, WINDOWS_SQL};
+use super::terms::load_windows;
 use super::{BEGIN_SQL, CUSTOM_PLANS};
 use crate::storage::accounts::{get_or_load, Found};
 use crate::storage::read::{direction_from_sql, with_state, TARGET_STATES_SQL};
@@ -13,8 +13,8 @@ use ledger_core::engine::Totals;
 use ledger_core::ledger::LedgerId;
 use ledger_core::record::Posting;
 use ledger_core::write::{
-    distinct_keys, update_windows, AccountState, Clock, Command, ExpiringHold, HeldLeg,
-    NamedPostings, Snapshot, WriteRequest,
+    distinct_keys, AccountState, Clock, Command, ExpiringHold, HeldLeg, NamedPostings, Snapshot,
+    WriteRequest,
 };
 use ledger_core::LedgerError;
 use std::collections::HashMap;
@@ -76,8 +76,6 @@ struct FirstRows {
     targets: Vec<Row>,
     /// The due holds' legs ([`EXPIRING_SQL`]).
     expiring: Vec<Row>,
-    /// What the debit limits need ([`WINDOWS_SQL`]).
-    windows: Vec<Row>,
 }
 
 /// Opens the batch's transaction and loads its [`Snapshot`]; `targets` are the postings its
@@ -125,7 +123,14 @@ pub async fn load(
         .collect();
     let (targets_now, corrupt_targets) = targets_now(targets, &new_voids, &first.targets);
     found.totals(&ids, &first.totals);
-    windows(&mut found.states, &mut found.corrupt, &first.windows);
+    load_windows(
+        client,
+        ledger,
+        requests,
+        &mut found.states,
+        &mut found.corrupt,
+    )
+    .await?;
     let expiring = found.expiring(&first.expiring);
     Ok(Snapshot {
         clock,
@@ -222,17 +227,15 @@ async fn first_round_trip(
     cache: &RwLock<AccountCache>,
     voids: &[Uuid],
 ) -> Result<(FirstRows, Found<i64>), StorageError> {
-    let (lock_st, state_st, claim_st, totals_st, accounts_st, targets_st, expiring_st, windows_st) =
-        futures_util::try_join!(
-            client.prepare_cached("SELECT pg_advisory_xact_lock($1, $2)"),
-            client.prepare_cached(STATE_SQL),
-            client.prepare_cached(CLAIM_SQL),
-            client.prepare_cached(TOTALS_SQL),
-            client.prepare_cached(ACCOUNTS_SQL),
-            client.prepare_cached(TARGET_STATES_SQL),
-            client.prepare_cached(EXPIRING_SQL),
-            client.prepare_cached(WINDOWS_SQL),
-        )?;
+    let (lock_st, state_st, claim_st, totals_st, accounts_st, targets_st, expiring_st) = futures_util::try_join!(
+        client.prepare_cached("SELECT pg_advisory_xact_lock($1, $2)"),
+        client.prepare_cached(STATE_SQL),
+        client.prepare_cached(CLAIM_SQL),
+        client.prepare_cached(TOTALS_SQL),
+        client.prepare_cached(ACCOUNTS_SQL),
+        client.prepare_cached(TARGET_STATES_SQL),
+        client.prepare_cached(EXPIRING_SQL),
+    )?;
     let (callers, keys, ops, fps) = claim_columns(requests, firsts);
     let claim_params: [&(dyn ToSql + Sync); 5] = [&callers, &keys, &ops, &fps, &ledger];
     let accounts = get_or_load(cache, others, |missing| async move {
@@ -248,14 +251,6 @@ async fn first_round_trip(
     let totals_params: [&(dyn ToSql + Sync); 1] = [&ids];
     let state_params: [&(dyn ToSql + Sync); 1] = [&ledger];
     let expiring_params: [&(dyn ToSql + Sync); 3] = [&ids, &(requests.len() as i64), &ledger];
-    let (set_ids, set_windows) = windows_set(requests);
-    let windows_params: [&(dyn ToSql + Sync); 5] = [
-        &ids,
-        &(requests.len() as i64),
-        &ledger,
-        &set_ids,
-        &set_windows,
-    ];
     let pipeline = async {
         Ok::<_, StorageError>(futures_util::try_join!(
             client.batch_execute(&BEGIN_SQL),
@@ -265,11 +260,10 @@ async fn first_round_trip(
             client.batch_execute(CUSTOM_PLANS),
             client.query(&totals_st, &totals_params),
             targets,
-            client.query(&expiring_st, &expiring_params),
-            client.query(&windows_st, &windows_params)
+            client.query(&expiring_st, &expiring_params)
         )?)
     };
-    let ((_, claim, _, state, _, totals, targets, expiring, windows), accounts) =
+    let ((_, claim, _, state, _, totals, targets, expiring), accounts) =
         futures_util::future::try_join(pipeline, accounts).await?;
     let rows = FirstRows {
         claim,
@@ -277,27 +271,15 @@ async fn first_round_trip(
         totals,
         targets,
         expiring,
-        windows,
     };
     Ok((rows, accounts))
-}
-
-/// The accounts and windows of the debit limits the batch's updates set, as columns.
-fn windows_set(requests: &[WriteRequest]) -> (Vec<i64>, Vec<i64>) {
-    update_windows(requests)
-        .into_iter()
-        .map(|(id, w)| (id, i64::from(w)))
-        .unzip()
 }
 
 /// The claim's columns: callers, keys, operations, fingerprints.
 type ClaimColumns<'a> = (Vec<&'a str>, Vec<&'a str>, Vec<&'static str>, Vec<&'a [u8]>);
 
 /// The claim's columns: each distinct key's caller, key, operation and fingerprint.
-fn claim_columns<'a>(
-    requests: &'a [WriteRequest],
-    firsts: &[usize],
-) -> ClaimColumns<'a> {
+fn claim_columns<'a>(requests: &'a [WriteRequest], firsts: &[usize]) -> ClaimColumns<'a> {
     let r = |i: &usize| &requests[*i];
     (
         firsts.iter().map(|i| r(i).caller.as_str()).collect(),

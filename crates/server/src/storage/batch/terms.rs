@@ -2,56 +2,94 @@
 
 use crate::storage::StorageError;
 use ledger_core::amount::parse_stored;
+use ledger_core::ledger::LedgerId;
 use ledger_core::terms::DebitWindow;
-use ledger_core::write::AccountState;
+use ledger_core::write::{update_windows, AccountState, WriteRequest};
 use ledger_core::LedgerError;
 use std::collections::HashMap;
 use tokio_postgres::Row;
 
-/// What the debit limits of the batch's accounts need (`ledger_core::engine::DebitWindow`),
-/// per account and distinct window of the limits in force and of those the batch's updates
-/// set (`$4`, `$5`: `ledger_core::write::update_windows`): the account's debits recorded at
-/// or before the earliest time the batch can record at less the window (the later of the
-/// transaction's start and the last batch), and its debit legs after that up to the latest
-/// time less the window (as in `EXPIRING_SQL`). Two probes of `postings (ledger_id,
-/// recorded_at)` find the sequences there, one of `entries (account_id, sequence)` the
-/// debits before, a range of it the legs between: nothing scans the account's history.
+/// What the debit limits of the batch's accounts need (`ledger_core::terms::DebitWindow`),
+/// per (account, window) pair (`$1`, `$4`: the limits in force, as the totals' read found
+/// them, and those the batch's updates set): the account's debits recorded at or before the
+/// earliest time the batch can record at less the window (the later of the transaction's
+/// start and the last batch), and its debit legs after that up to the latest time less the
+/// window (as in `EXPIRING_SQL`). Per distinct window, two probes of `postings (ledger_id,
+/// recorded_at)` find the sequences there (once, `MATERIALIZED`); per pair, one probe of
+/// `entries (account_id, sequence)` the debits before and one range of it the legs between:
+/// nothing scans the account's history. Sent only for a batch with such pairs, after the
+/// first round trip (under the lock it took).
 pub(super) const WINDOWS_SQL: &str = "WITH h AS (
         SELECT greatest(transaction_timestamp(), last_recorded_at) AS lo,
                greatest(clock_timestamp(), last_recorded_at) + ($2::bigint + 1) * interval '1 microsecond' AS hi
         FROM ledger_state WHERE ledger_id = $3),
-     w AS (
-        SELECT DISTINCT x.id, (l->>'window_seconds')::bigint AS secs
-        FROM unnest($1::bigint[]) AS x(id)
-        JOIN account_totals t ON t.account_id = x.id
-        JOIN account_terms v ON v.account_id = x.id AND v.terms_version = t.terms_version
-        CROSS JOIN LATERAL jsonb_array_elements(v.debit_limits) l
-        UNION
-        SELECT u.id, u.secs FROM unnest($4::bigint[], $5::bigint[]) AS u(id, secs)),
-     c AS (
-        SELECT w.id, w.secs,
+     w AS (SELECT DISTINCT u.id, u.secs FROM unnest($1::bigint[], $4::bigint[]) AS u(id, secs)),
+     c AS MATERIALIZED (
+        SELECT s.secs,
           (SELECT p.sequence FROM postings p WHERE p.ledger_id = $3
-             AND p.recorded_at <= h.lo - w.secs * interval '1 second'
+             AND p.recorded_at <= h.lo - s.secs * interval '1 second'
            ORDER BY p.recorded_at DESC LIMIT 1) AS lo_seq,
           (SELECT p.sequence FROM postings p WHERE p.ledger_id = $3
-             AND p.recorded_at <= h.hi - w.secs * interval '1 second'
+             AND p.recorded_at <= h.hi - s.secs * interval '1 second'
            ORDER BY p.recorded_at DESC LIMIT 1) AS hi_seq
-        FROM h CROSS JOIN w)
-     SELECT c.id AS account_id, c.secs,
+        FROM h CROSS JOIN (SELECT DISTINCT secs FROM w) s)
+     SELECT w.id AS account_id, w.secs,
        coalesce((SELECT e.debits_after::text FROM entries e
-                 WHERE e.account_id = c.id AND e.sequence <= c.lo_seq
+                 WHERE e.account_id = w.id AND e.sequence <= c.lo_seq
                  ORDER BY e.sequence DESC LIMIT 1), '0') AS debits_before,
-       ARRAY(SELECT e.recorded_at FROM entries e
-             WHERE e.account_id = c.id AND e.sequence > coalesce(c.lo_seq, 0)
-               AND e.sequence <= c.hi_seq AND e.direction = 'D' ORDER BY e.sequence) AS edge_at,
-       ARRAY(SELECT e.amount::text FROM entries e
-             WHERE e.account_id = c.id AND e.sequence > coalesce(c.lo_seq, 0)
-               AND e.sequence <= c.hi_seq AND e.direction = 'D' ORDER BY e.sequence) AS edge_amount
-     FROM c";
+       edge.at AS edge_at, edge.amount AS edge_amount
+     FROM w JOIN c USING (secs)
+     CROSS JOIN LATERAL (
+        SELECT coalesce(array_agg(e.recorded_at ORDER BY e.sequence), '{}') AS at,
+               coalesce(array_agg(e.amount::text ORDER BY e.sequence), '{}') AS amount
+        FROM entries e
+        WHERE e.account_id = w.id AND e.sequence > coalesce(c.lo_seq, 0)
+          AND e.sequence <= c.hi_seq AND e.direction = 'D') edge";
+
+/// The (account, window) pairs the batch's debit limits need, as columns: the windows of the
+/// limits in force on its accounts and of those its updates set.
+pub(super) fn window_pairs(
+    states: &HashMap<i64, AccountState>,
+    requests: &[WriteRequest],
+) -> (Vec<i64>, Vec<i64>) {
+    let mut pairs: Vec<(i64, u32)> = states
+        .iter()
+        .flat_map(|(id, s)| {
+            s.terms
+                .debit_limits
+                .iter()
+                .map(move |l| (*id, l.window_seconds))
+        })
+        .chain(update_windows(requests))
+        .collect();
+    pairs.sort_unstable();
+    pairs.dedup();
+    pairs.into_iter().map(|(id, w)| (id, i64::from(w))).unzip()
+}
+
+/// Reads the windows the batch's debit limits need into its accounts' states (one more round
+/// trip, only when there are any).
+pub(super) async fn load_windows(
+    client: &deadpool_postgres::Client,
+    ledger: LedgerId,
+    requests: &[WriteRequest],
+    states: &mut HashMap<i64, AccountState>,
+    corrupt: &mut HashMap<i64, LedgerError>,
+) -> Result<(), StorageError> {
+    let (ids, secs) = window_pairs(states, requests);
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let st = client.prepare_cached(WINDOWS_SQL).await?;
+    let n = requests.len() as i64;
+    let rows = client.query(&st, &[&ids, &n, &ledger, &secs]).await?;
+    windows(states, corrupt, &rows);
+    Ok(())
+}
 
 /// What the debit limits need, from the [`WINDOWS_SQL`] rows; a row that cannot be read
 /// makes the account corrupt.
-pub(super) fn windows(
+fn windows(
     states: &mut HashMap<i64, AccountState>,
     corrupt: &mut HashMap<i64, LedgerError>,
     rows: &[Row],
