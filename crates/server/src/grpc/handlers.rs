@@ -55,37 +55,6 @@ fn written(d: ledger_core::record::Decided, book: &Book) -> (Option<pb::Posting>
     (Some(posting_to_pb(&d.posting, &book.code)), d.replayed)
 }
 
-/// A `ListAccountVersions` page: the version its token says it follows (the last version of
-/// the page before: a number, which shows nothing beyond what any caller of the account may
-/// list) and its size.
-fn versions_page(token: &str, size: u32) -> Result<(i64, u32), LedgerError> {
-    let after = if token.is_empty() {
-        0
-    } else {
-        token.parse::<i64>().ok().filter(|v| *v > 0).ok_or_else(|| {
-            LedgerError::new(
-                Reason::InvalidPageToken,
-                "page_token is not a token ListAccountVersions gave: send next_page_token unchanged",
-            )
-            .with("field", "page_token")
-        })?
-    };
-    let size = match size {
-        0 => ledger_core::limits::DEFAULT_PAGE_SIZE,
-        n if n > ledger_core::limits::MAX_PAGE_SIZE => {
-            return Err(LedgerError::limit(
-                "page_size",
-                "MAX_PAGE_SIZE",
-                ledger_core::limits::MAX_PAGE_SIZE,
-                n,
-            )
-            .with("field", "page_size"))
-        }
-        n => n,
-    };
-    Ok((after, size))
-}
-
 /// A `PostBatch` request naming a ledger other than the call's (a batch writes one ledger).
 fn in_call_ledger(r: pb::PostRequest, book: &Book) -> Result<pb::PostRequest, LedgerError> {
     if r.ledger.is_empty() || r.ledger == book.code {
@@ -177,15 +146,10 @@ impl ledger_server::Ledger for LedgerGrpc {
         let r = req.into_inner();
         let result = async {
             let book = self.book(&grants, &r.ledger).await?;
-            let (after, size) = versions_page(&r.page_token, r.page_size)?;
-            let (a, versions) = self
+            let (a, versions, next) = self
                 .ledger
-                .account_versions(&book, &r.code, after, size)
+                .account_versions(&book, &r.code, r.page_size, &r.page_token)
                 .await?;
-            let next = match versions.last() {
-                Some(v) if versions.len() == size as usize => v.terms.version.to_string(),
-                _ => String::new(),
-            };
             Ok(pb::ListAccountVersionsResponse {
                 versions: versions
                     .iter()

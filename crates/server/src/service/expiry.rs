@@ -74,7 +74,7 @@ impl Ledger {
         let mut first_failure: Option<(uuid::Uuid, LedgerError)> = None;
         for (id, outcome) in due.iter().zip(outcomes) {
             match outcome {
-                Ok(w) => round.count(&w.clone().posted()),
+                Ok(w) => round.count(&w.posted()),
                 Err(e) if e.reason == Reason::HoldNotPending => round.closed_first += 1,
                 Err(e) => {
                     round.failed += 1;

@@ -61,6 +61,20 @@ pub fn page_size(requested: u32) -> Result<i64, LedgerError> {
     }
 }
 
+/// The version a `ListAccountVersions` token says its page follows (none: the first page).
+fn versions_after(token: &str) -> Result<i64, LedgerError> {
+    if token.is_empty() {
+        return Ok(0);
+    }
+    token.parse::<i64>().ok().filter(|v| *v > 0).ok_or_else(|| {
+        LedgerError::new(
+            Reason::InvalidPageToken,
+            "page_token is not a token ListAccountVersions gave: send next_page_token unchanged",
+        )
+        .with("field", "page_token")
+    })
+}
+
 impl Ledger {
     /// A ledger over a migrated database, reading at cut-offs from `replicas` where they can,
     /// its writer tuned by `writer`, at most `accounts_cached_max` accounts in memory
@@ -244,20 +258,28 @@ impl Ledger {
             .map_err(StorageError::into_ledger_error)
     }
 
-    /// An account's versions after version `after`, oldest first, at most `limit`.
+    /// A page of an account's versions, oldest first, and the token of the next page (empty
+    /// on the last). The token is the last version of the page before: a number, which shows
+    /// nothing beyond what any caller of the account may list.
     pub async fn account_versions(
         &self,
         book: &Book,
         code: &str,
-        after: i64,
-        limit: u32,
-    ) -> Result<(Account, Vec<AccountVersion>), LedgerError> {
+        requested: u32,
+        token: &str,
+    ) -> Result<(Account, Vec<AccountVersion>, String), LedgerError> {
+        let after = versions_after(token)?;
+        let size = page_size(requested).map_err(|e| e.with("field", "page_size"))?;
         let account = self.get_account(book, code).await?;
         let client = self.client().await?;
-        let versions = storage::terms::list_versions(&client, &account, after, i64::from(limit))
+        let versions = storage::terms::list_versions(&client, &account, after, size)
             .await
             .map_err(StorageError::into_ledger_error)?;
-        Ok((account, versions))
+        let next = match versions.last() {
+            Some(v) if versions.len() as i64 == size => v.terms.version.to_string(),
+            _ => String::new(),
+        };
+        Ok((account, versions, next))
     }
 
     /// Records the compensating posting of an earlier one (of the same ledger).

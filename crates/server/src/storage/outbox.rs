@@ -18,7 +18,7 @@
 //! rules. The backlog counts both.
 
 use super::accounts::{account_from_row, ACCOUNT_COLUMNS};
-use super::terms::{keyed_version, TERMS_COLUMNS};
+use super::terms::{version_from_row, TERMS_COLUMNS, VERSION_COLUMNS};
 use super::{StorageError, PUBLISHER_LOCK};
 use deadpool_postgres::GenericClient;
 use ledger_core::ledger::{self, LedgerId};
@@ -238,8 +238,7 @@ pub async fn pending_accounts(
 ) -> Result<Vec<PendingAccountEvent>, StorageError> {
     let sql = format!(
         "SELECT o.event_id, o.created_at AS event_created_at, {ACCOUNT_COLUMNS}, {TERMS_COLUMNS},
-                v.after_sequence, v.recorded_at AS v_recorded_at, v.caller AS v_caller,
-                v.idempotency_key AS v_key, v.reason AS v_reason, v.changed, v.key_id
+                {VERSION_COLUMNS}
          FROM account_outbox o
          JOIN accounts a ON a.account_id = o.account_id
          JOIN account_terms v ON v.account_id = o.account_id AND v.terms_version = o.terms_version
@@ -248,11 +247,12 @@ pub async fn pending_accounts(
     let rows = client.query(&sql, &[&ledger, &after, &limit]).await?;
     rows.iter()
         .map(|r| {
+            let account = account_from_row(r)?;
             Ok(PendingAccountEvent {
                 event_id: r.get("event_id"),
                 created_at: r.get("event_created_at"),
-                account: account_from_row(r)?,
-                version: keyed_version(r)?.1,
+                version: version_from_row(r, &account)?,
+                account,
             })
         })
         .collect()

@@ -8,6 +8,7 @@ use ledger_core::amount::{format_minor, parse_stored};
 use ledger_core::ledger::LedgerId;
 use ledger_core::terms::{AccountStatus, AccountVersion, DebitLimit, Terms};
 use ledger_core::Account;
+use std::sync::LazyLock;
 use time::OffsetDateTime;
 use tokio_postgres::Row;
 
@@ -15,7 +16,7 @@ use tokio_postgres::Row;
 pub(crate) const TERMS_COLUMNS: &str = "v.terms_version, v.status, v.balance_floor::text AS balance_floor, v.balance_ceiling::text AS balance_ceiling, v.debit_limits";
 
 /// The columns [`version_from_row`] reads beyond [`TERMS_COLUMNS`].
-const VERSION_COLUMNS: &str =
+pub(crate) const VERSION_COLUMNS: &str =
     "v.after_sequence, v.recorded_at AS v_recorded_at, v.caller AS v_caller, v.idempotency_key AS v_key, v.reason AS v_reason, v.changed";
 
 /// A version's terms as stored, at the account's scale; anything the table's constraints
@@ -76,7 +77,7 @@ fn limits_from_json(v: serde_json::Value, scale: u8) -> Result<Vec<DebitLimit>, 
 }
 
 /// A version row (with [`TERMS_COLUMNS`] and the version's own columns).
-fn version_from_row(row: &Row, a: &Account) -> Result<AccountVersion, StorageError> {
+pub(crate) fn version_from_row(row: &Row, a: &Account) -> Result<AccountVersion, StorageError> {
     Ok(AccountVersion {
         account_id: a.id,
         terms: terms_from_row(row, a)?,
@@ -89,18 +90,19 @@ fn version_from_row(row: &Row, a: &Account) -> Result<AccountVersion, StorageErr
     })
 }
 
-/// The version recorded under a key (a replay of an update), of account `a`.
-pub(crate) const VERSION_BY_KEY_SQL: &str = "SELECT a.account_id, a.ledger_id, a.code, a.currency, a.scale, a.normal_balance, a.allow_negative, a.metadata, a.created_at,
-        v.terms_version, v.status, v.balance_floor::text AS balance_floor, v.balance_ceiling::text AS balance_ceiling, v.debit_limits,
-        v.after_sequence, v.recorded_at AS v_recorded_at, v.caller AS v_caller, v.idempotency_key AS v_key, v.reason AS v_reason, v.changed, v.key_id
-     FROM unnest($1::bigint[]) AS x(key_id) JOIN account_terms v ON v.key_id = x.key_id
-     JOIN accounts a ON a.account_id = v.account_id";
+/// The versions recorded under keys (the replays of updates), each with its account and
+/// the number of its key.
+pub(crate) static VERSION_BY_KEY_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {ACCOUNT_COLUMNS}, {TERMS_COLUMNS}, {VERSION_COLUMNS}, v.key_id
+         FROM unnest($1::bigint[]) AS x(key_id) JOIN account_terms v ON v.key_id = x.key_id
+         JOIN accounts a ON a.account_id = v.account_id"
+    )
+});
 
-/// A row of [`VERSION_BY_KEY_SQL`]: the key's number and its version.
-pub(crate) fn keyed_version(row: &Row) -> Result<(i64, AccountVersion), StorageError> {
-    let a = account_from_row(row)?;
-    let key_id: i64 = row.get("key_id");
-    Ok((key_id, version_from_row(row, &a)?))
+/// A row of [`VERSION_BY_KEY_SQL`]: the version, of the account it names.
+pub(crate) fn keyed_version(row: &Row) -> Result<AccountVersion, StorageError> {
+    version_from_row(row, &account_from_row(row)?)
 }
 
 /// An account with the version in force at `at` (now: `None`), if the account existed then.

@@ -192,17 +192,12 @@ async fn versions_by_key(
     if keys.is_empty() {
         return Ok(HashMap::new());
     }
-    let st = client.prepare_cached(VERSION_BY_KEY_SQL).await?;
+    let st = client.prepare_cached(&VERSION_BY_KEY_SQL).await?;
     let found = client.query(&st, &[&keys]).await?;
     let mut out = HashMap::new();
     for r in &found {
         let key_id: i64 = r.get("key_id");
-        out.insert(
-            key_id,
-            keyed_version(r)
-                .map(|(_, v)| v)
-                .map_err(|e| e.into_ledger_error()),
-        );
+        out.insert(key_id, keyed_version(r).map_err(|e| e.into_ledger_error()));
     }
     Ok(out)
 }

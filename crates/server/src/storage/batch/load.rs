@@ -5,7 +5,7 @@ use super::terms::load_windows;
 use super::{BEGIN_SQL, CUSTOM_PLANS};
 use crate::storage::accounts::{get_or_load, Found};
 use crate::storage::read::{direction_from_sql, with_state, TARGET_STATES_SQL};
-use crate::storage::terms::terms_from_row;
+use crate::storage::terms::{terms_from_row, TERMS_COLUMNS};
 use crate::storage::{StorageError, LEDGER_LOCK_CLASS};
 use ledger_core::account::{Account, AccountCache};
 use ledger_core::amount::{parse_stored, Amount};
@@ -18,7 +18,7 @@ use ledger_core::write::{
 };
 use ledger_core::LedgerError;
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::{LazyLock, RwLock};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 use uuid::Uuid;
@@ -42,13 +42,15 @@ const STATE_SQL: &str = "SELECT last_sequence, last_recorded_at, clock_timestamp
 
 /// The totals of the accounts named by the batch's requests (ids distinct), with the version
 /// of their terms in force (none: a corrupt account).
-const TOTALS_SQL: &str =
-    "SELECT t.account_id, t.debits::text AS debits, t.credits::text AS credits, t.version,
-            t.held_debits::text AS held_debits, t.held_credits::text AS held_credits, t.last_sequence,
-            v.terms_version, v.status, v.balance_floor::text AS balance_floor,
-            v.balance_ceiling::text AS balance_ceiling, v.debit_limits
-     FROM unnest($1::bigint[]) AS x(id) JOIN account_totals t ON t.account_id = x.id
-     LEFT JOIN account_terms v ON v.account_id = t.account_id AND v.terms_version = t.terms_version";
+static TOTALS_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT t.account_id, t.debits::text AS debits, t.credits::text AS credits, t.version,
+                t.held_debits::text AS held_debits, t.held_credits::text AS held_credits,
+                t.last_sequence, {TERMS_COLUMNS}
+         FROM unnest($1::bigint[]) AS x(id) JOIN account_totals t ON t.account_id = x.id
+         LEFT JOIN account_terms v ON v.account_id = t.account_id AND v.terms_version = t.terms_version"
+    )
+});
 
 /// The accounts whose rules the cache does not hold yet (sent only when there are any).
 const ACCOUNTS_SQL: &str = "SELECT a.account_id, a.ledger_id, a.code, a.currency, a.scale, a.normal_balance, a.allow_negative, a.metadata, a.created_at
@@ -231,7 +233,7 @@ async fn first_round_trip(
         client.prepare_cached("SELECT pg_advisory_xact_lock($1, $2)"),
         client.prepare_cached(STATE_SQL),
         client.prepare_cached(CLAIM_SQL),
-        client.prepare_cached(TOTALS_SQL),
+        client.prepare_cached(&TOTALS_SQL),
         client.prepare_cached(ACCOUNTS_SQL),
         client.prepare_cached(TARGET_STATES_SQL),
         client.prepare_cached(EXPIRING_SQL),
