@@ -6,6 +6,7 @@ use crate::support::writes::{valid_transfer, void_of};
 use crate::support::*;
 use ledger_core::write::WriteRequest;
 use ledger_core::Reason;
+use ledger_server::grpc::pb;
 use ledger_server::writer;
 use std::collections::HashMap;
 use tonic::Code;
@@ -188,11 +189,36 @@ async fn the_services_sessions_plan_every_statement_afresh_and_never_jit_compile
 async fn the_writer_does_not_scan_tables_that_grew_after_its_statements_were_prepared() {
     let mut t = TestLedger::start().await;
     t.standard_accounts(4).await;
+    // The account every posting debits has two debit limits: every batch reads their windows
+    // (`WINDOWS_SQL`, on a generic plan).
+    t.client
+        .update_account(pb::UpdateAccountRequest {
+            code: "equity:world".into(),
+            expected_version: 1,
+            update_mask: Some(prost_types::FieldMask {
+                paths: vec!["debit_limits".into()],
+            }),
+            debit_limits: vec![
+                pb::DebitLimit {
+                    amount: "1000000.00".into(),
+                    window_seconds: 60,
+                },
+                pb::DebitLimit {
+                    amount: "1000000.00".into(),
+                    window_seconds: 86_400,
+                },
+            ],
+            idempotency_key: "limits".into(),
+            reason: "two windows to read".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
     let pool = ledger_server::storage::pool(&t.database_url, 1).unwrap();
     let w = pool.get().await.unwrap();
     // The writer's connection prepares its statements while the tables are small (a cached
-    // plan is chosen after a few executions), and sees a replay (the decided-key lookup) and
-    // voids (the void's foreign key check reads `postings`).
+    // plan is chosen after a few executions), and sees a replay (the decided-key lookup),
+    // voids (the void's foreign key check reads `postings`) and debit limits' windows.
     // Statistics are taken while the tables are small, as autovacuum does on a new ledger.
     t.db().await.batch_execute("ANALYZE").await.unwrap();
     let mut warm = Vec::new();
