@@ -268,6 +268,11 @@ async fn timed_batch(
                 &batch,
                 cache,
                 &named,
+                // Its accounts have no debit limits: there are no windows to remember.
+                (
+                    &std::sync::Mutex::new(batch::WindowMemo::default()),
+                    &mut batch::WindowDraft::default(),
+                ),
             )
             .await
             {

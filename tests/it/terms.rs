@@ -745,3 +745,123 @@ async fn conditions_in_a_post_batch_see_the_requests_before_them_in_the_call() {
     assert_error(&second, Code::FailedPrecondition, "CONDITION_FAILED");
     assert!(second.message().contains("40.00"), "{}", second.message());
 }
+
+/// The debits of `accepted` (recorded at, minor units) in the window of `secs` seconds ending
+/// at `t`: recorded in `(t − secs, t]`.
+fn window_at(accepted: &[(OffsetDateTime, i64)], secs: i64, t: OffsetDateTime) -> i64 {
+    let from = t - time::Duration::seconds(secs);
+    accepted
+        .iter()
+        .filter(|(at, _)| *at > from && *at <= t)
+        .map(|(_, m)| m)
+        .sum()
+}
+
+#[tokio::test]
+async fn a_debit_limit_stays_exact_while_two_servers_debit_the_account_and_debits_leave_its_window()
+{
+    // acct:1 may be debited 5.00 a second; two servers, two callers each, debit it 0.50–1.50
+    // at a time for three seconds. Each server's lanes remember windows between batches; every
+    // answer must be what the journal says at the time it was decided.
+    let a = TestLedger::start().await;
+    let mut c = a.new_client().await;
+    world_and_one_account(&mut c).await;
+    account_in(&mut c, "default", "acct:1", pb::NormalBalance::Debit, false).await;
+    apply(
+        &mut c,
+        update("limit", "acct:1", 1, |r| {
+            mask(r, "debit_limits");
+            r.debit_limits = vec![pb::DebitLimit {
+                amount: "5.00".into(),
+                window_seconds: 1,
+            }];
+        }),
+    )
+    .await
+    .unwrap();
+    let b = TestLedger::on_database(a.database_url.clone()).await;
+    let mut callers = Vec::new();
+    for (s, server) in [&a, &b].into_iter().enumerate() {
+        for k in 0..2 {
+            let mut c = server.new_client().await;
+            callers.push(tokio::spawn(async move {
+                let mut answers = Vec::new();
+                let end = std::time::Instant::now() + StdDuration::from_secs(3);
+                let mut n = 0;
+                while std::time::Instant::now() < end {
+                    let cents = 50 + ((s * 7 + k * 13 + n * 29) % 101) as i64;
+                    let amount = format!("{}.{:02}", cents / 100, cents % 100);
+                    let key = format!("s{s}-k{k}-{n}");
+                    let sent = OffsetDateTime::now_utc();
+                    let got = post(&mut c, transfer(&key, "equity:world", "acct:1", &amount)).await;
+                    answers.push((sent, OffsetDateTime::now_utc(), cents, got));
+                    n += 1;
+                    tokio::time::sleep(StdDuration::from_millis(20 + (n as u64 * 37) % 60)).await;
+                }
+                answers
+            }));
+        }
+    }
+    let mut answers = Vec::new();
+    for c in callers {
+        answers.extend(c.await.unwrap());
+    }
+    let accepted: Vec<(OffsetDateTime, i64)> = answers
+        .iter()
+        .filter_map(|(_, _, cents, got)| {
+            let p = got.as_ref().ok()?;
+            let at = p.recorded_at.as_ref().unwrap();
+            let at = OffsetDateTime::from_unix_timestamp_nanos(
+                i128::from(at.seconds) * 1_000_000_000 + i128::from(at.nanos),
+            )
+            .unwrap();
+            Some((at, *cents))
+        })
+        .collect();
+    let mut refused = 0;
+    for (sent, answered, cents, got) in &answers {
+        match got {
+            Ok(p) => {
+                let at = accepted.iter().find(|(t, _)| {
+                    let r = p.recorded_at.as_ref().unwrap();
+                    t.unix_timestamp() == r.seconds && t.nanosecond() as i32 == r.nanos
+                });
+                let (at, _) = at.unwrap();
+                assert!(
+                    window_at(&accepted, 1, *at) <= 500,
+                    "accepted over the limit at {at}"
+                );
+            }
+            Err(e) => {
+                assert_error(e, Code::FailedPrecondition, "DEBIT_LIMIT_EXCEEDED");
+                refused += 1;
+                // What was left when it was decided: the window's debits at some time between
+                // sending and the answer (the window changes only where a debit enters or
+                // leaves it).
+                let left = e.get_details_error_info().unwrap().metadata["left"].clone();
+                let left: f64 = left.parse().unwrap();
+                let used = 500 - (left * 100.0).round() as i64;
+                let margin = time::Duration::milliseconds(2);
+                let (from, to) = (*sent - margin, *answered + margin);
+                let mut times = vec![from];
+                for (t, _) in &accepted {
+                    for edge in [*t, *t + time::Duration::seconds(1)] {
+                        if edge > from && edge <= to {
+                            times.push(edge);
+                        }
+                    }
+                }
+                let seen: Vec<i64> = times.iter().map(|t| window_at(&accepted, 1, *t)).collect();
+                assert!(
+                    seen.contains(&used) || (used >= 500 && seen.iter().any(|u| *u + cents > 500)),
+                    "refused {cents} with {used} used in the window; the journal had {seen:?} between sending and the answer"
+                );
+            }
+        }
+    }
+    assert!(
+        refused > 0 && accepted.len() > 10,
+        "{refused} refused, {} accepted",
+        accepted.len()
+    );
+}

@@ -135,6 +135,12 @@ pub const MAX_DEBIT_LIMITS: usize = 4;
 pub const MAX_LIMIT_WINDOW_SECONDS: u32 = 366 * 24 * 3600;
 /// Conditions one posting carries.
 pub const MAX_CONDITIONS: usize = 8;
+/// (Account, window) pairs a writer lane remembers of one ledger's debit windows between
+/// batches (`storage::batch::memo`); past it, it forgets them all and reads them again.
+pub const MAX_REMEMBERED_WINDOWS: usize = 100_000;
+/// Debit legs a writer lane keeps of one ledger's windows (read ahead of their cuts, see
+/// `storage::batch::memo`); past it, it forgets them all and reads them again.
+pub const MAX_REMEMBERED_LEGS: usize = 1_000_000;
 
 /// Characters of a ledger code.
 pub const MAX_LEDGER_CODE_CHARS: usize = 64;

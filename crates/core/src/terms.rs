@@ -341,7 +341,7 @@ pub struct DebitWindow {
 
 impl DebitWindow {
     /// The debits recorded at or before `cut` (within what the window was loaded for).
-    pub(crate) fn debits_until(&self, cut: OffsetDateTime) -> i128 {
+    pub fn debits_until(&self, cut: OffsetDateTime) -> i128 {
         self.debits_before
             + self
                 .edge

@@ -51,6 +51,9 @@ pub const HOLD_RELEASE_LAG: &str = "ledger_hold_release_lag_seconds";
 /// Releases of expired holds recorded later than `HOLD_EXPIRY_LAG_MAX` after the expiry
 /// (counter).
 pub const HOLD_RELEASES_LATE: &str = "ledger_hold_releases_late_total";
+/// Debit limits' windows a write batch needed, by where they came from: `memory` (what its
+/// lane remembered) or `read` (counter).
+pub const DEBIT_WINDOWS: &str = "ledger_debit_windows_total";
 /// Database pool connections (gauges).
 pub const POOL_MAX: &str = "ledger_db_pool_max_connections";
 pub const POOL_OPEN: &str = "ledger_db_pool_open_connections";
@@ -207,6 +210,16 @@ pub fn hold_released(lag: Duration, late: bool) {
 /// Records one corrupt journal row met by a request.
 pub fn journal_corrupt() {
     metrics::counter!(JOURNAL_CORRUPT).increment(1);
+}
+
+/// Records the debit windows one batch needed: `remembered` from its lane's memory, `read`
+/// from the journal.
+pub fn debit_windows(remembered: usize, read: usize) {
+    for (source, n) in [("memory", remembered), ("read", read)] {
+        if n > 0 {
+            metrics::counter!(DEBIT_WINDOWS, "source" => source).increment(n as u64);
+        }
+    }
 }
 
 /// Records one as-of read: where it was served, and (with standbys) what the standby it was

@@ -5,11 +5,13 @@
 
 use super::sched::{Batch, Next, Sched, Wake};
 use super::{apply_checked, BatchObserver, WriterTuning};
+use crate::storage::batch::WindowMemo;
 use crate::storage::{Conn, Pool, StorageError};
 use ledger_core::account::AccountCache;
 use ledger_core::ledger::LedgerId;
 use ledger_core::write::{Outcome, Queued};
 use ledger_core::LedgerError;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use tokio::sync::{oneshot, Notify};
 
@@ -39,6 +41,8 @@ pub(super) struct Shared {
     sched: Mutex<Sched<Job, Bell>>,
     pool: Pool,
     accounts: Arc<RwLock<AccountCache>>,
+    /// Per ledger, what its lanes remember of its debit windows (`storage::batch::memo`).
+    windows: Mutex<HashMap<LedgerId, Arc<Mutex<WindowMemo>>>>,
     observer: Option<BatchObserver>,
     tuning: WriterTuning,
 }
@@ -54,6 +58,7 @@ impl Shared {
             sched: Mutex::new(Sched::new(tuning.limits())),
             pool,
             accounts,
+            windows: Mutex::default(),
             observer,
             tuning,
         }
@@ -160,6 +165,12 @@ impl Shared {
         answer(&mut replies, result);
     }
 
+    /// What the lanes remember of `ledger`'s debit windows.
+    fn windows_of(&self, ledger: LedgerId) -> Arc<Mutex<WindowMemo>> {
+        let mut all = self.windows.lock().unwrap_or_else(PoisonError::into_inner);
+        all.entry(ledger).or_default().clone()
+    }
+
     /// Applies a batch on the lane's connection (a fresh one from the pool when it has none),
     /// at most `batch_timeout`: after a failure or the timeout the connection is not kept (its
     /// state is unknown) and, on the timeout, closed rather than returned to the pool.
@@ -174,7 +185,8 @@ impl Shared {
             None => self.pool.get().await?,
         };
         let limit = self.tuning.batch_timeout;
-        let applied = apply_checked(&client, ledger, requests, &self.accounts);
+        let windows = self.windows_of(ledger);
+        let applied = apply_checked(&client, ledger, requests, (&self.accounts, &windows));
         match tokio::time::timeout(limit, applied).await {
             Ok(r) => {
                 if r.is_ok() {

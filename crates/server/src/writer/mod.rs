@@ -24,6 +24,7 @@
 mod lane;
 mod sched;
 
+use crate::storage::batch::{WindowDraft, WindowMemo};
 use crate::storage::{self, batch};
 use crate::storage::{Pool, StorageError};
 use lane::{Job, Shared};
@@ -37,7 +38,7 @@ use ledger_core::Account;
 use ledger_core::LedgerError;
 use sched::Refused;
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 use tokio::sync::oneshot;
 
@@ -291,18 +292,28 @@ async fn apply_checked(
     client: &crate::storage::Conn,
     ledger: LedgerId,
     queued: Vec<Queued>,
-    accounts: &RwLock<AccountCache>,
+    (accounts, windows): (&RwLock<AccountCache>, &Mutex<WindowMemo>),
 ) -> Result<Vec<Outcome>, StorageError> {
     // Storage does not take the ledger yet: every batch is of the default one.
     let named = storage::read::named_postings(client, ledger, &named_by(&queued), accounts).await?;
     let mut rounds = Rounds::new(admit(queued, &named));
     loop {
+        let mut draft = WindowDraft::default();
         let (plan, clock) = {
             let Some(batch) = rounds.batch() else {
                 return Ok(rounds.outcomes(Vec::new()));
             };
             let ids: Vec<uuid::Uuid> = batch.iter().map(|_| uuid::Uuid::now_v7()).collect();
-            let snapshot = match batch::load(client, ledger, &batch, accounts, &named).await {
+            let snapshot = match batch::load(
+                client,
+                ledger,
+                &batch,
+                accounts,
+                &named,
+                (windows, &mut draft),
+            )
+            .await
+            {
                 Ok(s) => s,
                 Err(e) => {
                     batch::rollback(client).await;
@@ -320,6 +331,8 @@ async fn apply_checked(
             batch::rollback(client).await;
             return Err(e);
         }
+        let mut memo = windows.lock().unwrap_or_else(PoisonError::into_inner);
+        memo.commit(draft);
         return Ok(rounds.outcomes(plan.outcomes));
     }
 }
@@ -336,7 +349,10 @@ pub async fn apply_alone(
         client,
         ledger,
         queued,
-        &RwLock::new(AccountCache::default()),
+        (
+            &RwLock::new(AccountCache::default()),
+            &Mutex::new(WindowMemo::default()),
+        ),
     )
     .await
 }

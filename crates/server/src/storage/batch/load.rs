@@ -1,6 +1,7 @@
 //! The load step: the batch's transaction up to the snapshot its decision needs.
 
 use super::decided::{claimed_keys, key_states};
+use super::memo::{WindowDraft, WindowMemo};
 use super::terms::load_windows;
 use super::{BEGIN_SQL, CUSTOM_PLANS};
 use crate::storage::accounts::{get_or_load, Found};
@@ -18,7 +19,7 @@ use ledger_core::write::{
 };
 use ledger_core::LedgerError;
 use std::collections::HashMap;
-use std::sync::{LazyLock, RwLock};
+use std::sync::{LazyLock, Mutex, RwLock};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 use uuid::Uuid;
@@ -90,6 +91,7 @@ pub async fn load(
     requests: &[WriteRequest],
     cache: &RwLock<AccountCache>,
     targets: &NamedPostings,
+    windows: (&Mutex<WindowMemo>, &mut WindowDraft),
 ) -> Result<Snapshot, StorageError> {
     assert!(!requests.is_empty(), "empty batch");
     let firsts = distinct_keys(requests);
@@ -127,10 +129,10 @@ pub async fn load(
     found.totals(&ids, &first.totals);
     load_windows(
         client,
-        ledger,
-        requests,
+        (&clock, requests),
         &mut found.states,
         &mut found.corrupt,
+        windows,
     )
     .await?;
     let expiring = found.expiring(&first.expiring);

@@ -26,10 +26,12 @@
 
 mod decided;
 mod load;
+mod memo;
 mod terms;
 mod write;
 
 pub use load::load;
+pub use memo::{WindowDraft, WindowMemo};
 pub use write::write;
 
 use super::BATCH_IDLE_TIMEOUT;
