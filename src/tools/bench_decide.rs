@@ -171,5 +171,7 @@ fn snapshot(accounts: &HashMap<String, Account>, requests: &[WriteRequest]) -> S
         corrupt_accounts: HashMap::new(),
         corrupt_named: HashMap::new(),
         expiring: Vec::new(),
+        // A new ledger, hashed from its first posting: decide hashes as the writer's does.
+        chain: Some(ledger_core::journal::Chain::genesis("default")),
     }
 }

@@ -42,9 +42,10 @@ impl Reason {
             | Reason::InvalidPageToken
             | Reason::InvalidField
             | Reason::CaptureLegsMismatch => Class::InvalidArgument,
-            Reason::AccountNotFound | Reason::PostingNotFound | Reason::LedgerNotFound => {
-                Class::NotFound
-            }
+            Reason::AccountNotFound
+            | Reason::PostingNotFound
+            | Reason::LedgerNotFound
+            | Reason::DigestNotFound => Class::NotFound,
             Reason::IdempotencyKeyReused
             | Reason::InsufficientFunds
             | Reason::AlreadyVoided
@@ -59,7 +60,9 @@ impl Reason {
             | Reason::AccountNotEmpty
             | Reason::BalanceCeilingExceeded
             | Reason::DebitLimitExceeded
-            | Reason::ConditionFailed => Class::FailedPrecondition,
+            | Reason::ConditionFailed
+            | Reason::PeriodClosed
+            | Reason::PeriodCloseNotForward => Class::FailedPrecondition,
             Reason::AccountVersionMismatch => Class::Aborted,
             Reason::StorageUnavailable => Class::Unavailable,
             Reason::Unauthenticated => Class::Unauthenticated,
@@ -154,7 +157,9 @@ impl LedgerError {
             | Reason::BalanceCeilingExceeded
             | Reason::DebitLimitExceeded
             | Reason::ConditionFailed
-            | Reason::AccountVersionMismatch => true,
+            | Reason::AccountVersionMismatch
+            | Reason::PeriodClosed
+            | Reason::PeriodCloseNotForward => true,
             Reason::IdempotencyKeyRequired
             | Reason::Unbalanced
             | Reason::InvalidAmount
@@ -167,6 +172,7 @@ impl LedgerError {
             | Reason::InvalidPageToken
             | Reason::InvalidField
             | Reason::AccountNotFound
+            | Reason::DigestNotFound
             | Reason::PostingNotFound
             | Reason::IdempotencyKeyReused
             | Reason::AccountConflict

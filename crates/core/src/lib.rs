@@ -6,6 +6,7 @@ pub mod amount;
 pub mod engine;
 pub mod error;
 pub mod hold;
+pub mod journal;
 pub mod ledger;
 pub mod limits;
 pub mod page;

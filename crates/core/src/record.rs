@@ -38,6 +38,9 @@ pub struct Posting {
     pub hold: Option<HoldState>,
     /// Set on a posting that closes a hold: which, and how.
     pub closes: Option<Closes>,
+    /// Its hash in its ledger's chain (`crate::journal`); `None` for a posting recorded before
+    /// the journal was hashed, until it is.
+    pub hash: Option<[u8; 32]>,
 }
 
 /// How a posting closes a hold.

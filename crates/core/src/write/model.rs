@@ -17,9 +17,10 @@ use crate::account::{Account, Metadata, NormalBalance};
 use crate::amount::Amount;
 use crate::engine::Totals;
 use crate::hold::{CaptureRequest, PostingTerms};
+use crate::journal::{posting_hash, Chain, Frontier, PostingAtRecording, EMPTY_ROOT, GENESIS};
 use crate::ledger::{self, LedgerId};
 use crate::posting::{check_balanced, Leg, LegRequest, PostRequest, VoidRequest};
-use crate::record::{CloseKind, Posting};
+use crate::record::{CloseKind, HoldState, Posting};
 use proptest::prelude::*;
 use time::Duration;
 use time::OffsetDateTime;
@@ -33,6 +34,37 @@ const ACCOUNTS: [(&str, &str, NormalBalance, bool); 6] = [
     ("uw", "USD", NormalBalance::Credit, true),
     ("u", "USD", NormalBalance::Debit, false),
 ];
+
+/// Every posting's hash is the hash of its record at its recording chained to the one before
+/// it, and the store's chain ends at the last with the root of a tree over them all, built
+/// afresh here.
+fn check_chain(store: &Store) -> Result<(), TestCaseError> {
+    let mut prev = GENESIS;
+    let mut tree = Frontier::new();
+    for (i, p) in store.postings.iter().enumerate() {
+        let at_recording = Posting {
+            voided_by_posting_id: None,
+            hold: p.hold.map(|h| HoldState {
+                expires_at: h.expires_at,
+                ..HoldState::default()
+            }),
+            ..p.clone()
+        };
+        let want = posting_hash(LEDGER_CODE, &prev, &PostingAtRecording::of(&at_recording));
+        prop_assert_eq!(p.hash, Some(want), "posting {}'s hash", i);
+        tree.append(&want);
+        prev = want;
+    }
+    if let Some(chain) = &store.chain {
+        prop_assert_eq!(chain.head, prev, "the chain's head");
+        prop_assert_eq!(
+            Some(chain.root()),
+            tree.root().or(Some(EMPTY_ROOT)),
+            "the root"
+        );
+    }
+    Ok(())
+}
 
 fn start() -> OffsetDateTime {
     OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap()
@@ -222,7 +254,13 @@ struct Store {
     totals: HashMap<i64, Totals>,
     next_key_id: i64,
     last: Option<(i64, OffsetDateTime)>,
+    /// The ledger's chain as the last written plan left it (`None` until the first batch: a
+    /// new ledger's is the genesis).
+    chain: Option<Chain>,
 }
+
+/// The model ledger's code, hashed into its postings.
+const LEDGER_CODE: &str = "model";
 
 impl Store {
     fn snapshot(
@@ -303,6 +341,11 @@ impl Store {
                 .into_iter()
                 .collect(),
             expiring: self.expiring(),
+            chain: Some(
+                self.chain
+                    .clone()
+                    .unwrap_or_else(|| Chain::genesis(LEDGER_CODE)),
+            ),
         }
     }
 
@@ -333,6 +376,7 @@ impl Store {
     /// What `storage::batch::write` would leave: the plan's rows (a void or a closing posting
     /// shows on its target when read back), and each claimed key's decision.
     fn write(&mut self, plan: &Plan, requests: &[WriteRequest], snapshot: &Snapshot) {
+        self.chain = plan.chain.clone();
         for p in &plan.postings {
             let (id, voids, closes) = (
                 p.posting.posting_id,
@@ -1036,6 +1080,7 @@ fn check_store(store: &Store, model: &Model, ids: &[Uuid]) -> Result<(), TestCas
         };
         prop_assert_eq!(&got, m, "posting {}", i);
     }
+    check_chain(store)?;
     for (id, &(_, _, normal, _)) in ACCOUNTS.iter().enumerate() {
         let key = id as i64;
         let t = store.totals.get(&key).or(store.before.get(&key));

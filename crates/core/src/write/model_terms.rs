@@ -497,6 +497,7 @@ impl Store {
             corrupt_accounts: HashMap::new(),
             corrupt_named: HashMap::new(),
             expiring: Vec::new(),
+            chain: None,
         }
     }
 

@@ -6,6 +6,7 @@ use crate::account::Direction;
 use crate::amount::Amount;
 use crate::engine::Totals;
 use crate::error::LedgerError;
+use crate::journal::Chain;
 use crate::record::{CloseKind, Posting};
 use crate::terms::AccountVersion;
 use time::OffsetDateTime;
@@ -35,6 +36,9 @@ pub struct PlannedPosting {
     /// account ids (the hold leaves the index of open expiring holds). A new hold with an
     /// expiry joins it with its own legs.
     pub closes_expiring: Option<(OffsetDateTime, Vec<i64>)>,
+    /// The tree nodes its leaf completes, level 0 first (`crate::journal::Chain::append`);
+    /// empty when the batch's chain is not caught up (then `posting.hash` is `None`).
+    pub nodes: Vec<[u8; 32]>,
 }
 
 /// A version of an account's terms the plan records, with the number of its key.
@@ -81,6 +85,9 @@ pub struct Plan {
     /// invariant. A plan with any is never written (the batch's transaction claimed their
     /// keys): the writer runs the batch again without them.
     pub unbound: Vec<(usize, LedgerError)>,
+    /// The ledger's chain after the plan's postings (`None`: not hashed, see
+    /// `Snapshot::chain`): its root is the digest of the batch.
+    pub chain: Option<Chain>,
 }
 
 impl Plan {
@@ -124,7 +131,24 @@ impl Plan {
                 held,
                 "posting {seq}: the legs that move nothing"
             );
+            assert_eq!(
+                p.posting.hash.is_some(),
+                self.chain.is_some(),
+                "posting {seq}: hashed exactly when the chain is"
+            );
+            assert_eq!(
+                p.nodes.is_empty(),
+                p.posting.hash.is_none(),
+                "posting {seq}: its nodes"
+            );
             last = (seq, at);
+        }
+        if let (Some(c), Some((seq, _))) = (&self.chain, self.last()) {
+            assert_eq!(
+                c.frontier.size() as i64,
+                crate::ledger::in_ledger(seq),
+                "the chain ends at the plan's last posting"
+            );
         }
     }
 }

@@ -97,6 +97,7 @@ fn target(voids: Option<Uuid>, voided_by: Option<Uuid>) -> Posting {
         void_reason: voids.map(|_| "r".into()),
         voids_posting_id: voids,
         voided_by_posting_id: voided_by,
+        hash: None,
         hold: None,
         closes: None,
     }
@@ -140,6 +141,7 @@ fn snapshot(requests: &[WriteRequest], a_cents: i128, targets: &[Posting]) -> Sn
         corrupt_accounts: HashMap::new(),
         corrupt_named: HashMap::new(),
         expiring: Vec::new(),
+        chain: None,
     }
 }
 

@@ -6,6 +6,7 @@ use crate::account::Direction;
 use crate::amount::Amount;
 pub use crate::engine::AccountState;
 use crate::error::LedgerError;
+use crate::journal::Chain;
 use crate::posting::Fingerprint;
 use crate::record::Posting;
 use std::collections::HashMap;
@@ -73,6 +74,10 @@ pub struct Snapshot {
     /// microsecond per request; later ones are ignored). A hold stops
     /// counting against the funds rule at its expiry time, before its release is recorded.
     pub expiring: Vec<ExpiringHold>,
+    /// The ledger's chain after its last posting (`crate::journal`), or `None` while the
+    /// journal is not hashed that far (a journal from before hashing, until `ledger migrate`
+    /// has hashed it): the batch's postings are then left for it to hash.
+    pub chain: Option<Chain>,
 }
 
 /// An open hold with an expiry, as the batch's accounts hold it.

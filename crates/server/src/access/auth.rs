@@ -88,7 +88,7 @@ impl fmt::Display for Role {
 }
 
 /// The methods only the admin role may call.
-pub const ADMIN_METHODS: [&str; 1] = ["CreateLedger"];
+pub const ADMIN_METHODS: [&str; 2] = ["CreateLedger", "ClosePeriod"];
 
 /// Whether a method (the last segment of the gRPC path) needs the admin role.
 pub fn needs_admin(method: &str) -> bool {
@@ -858,6 +858,11 @@ svc writer {} {column}",
             ("Capture", [false, true, true]),
             ("SomethingNew", [false, true, true]),
             ("CreateLedger", [false, false, true]),
+            ("GetDigest", [true, true, true]),
+            ("GetInclusionProof", [true, true, true]),
+            ("GetConsistencyProof", [true, true, true]),
+            ("ListPeriodCloses", [true, true, true]),
+            ("ClosePeriod", [false, false, true]),
         ];
         for (method, allowed) in table {
             for (token, ok) in [&r, &w, &a].into_iter().zip(allowed) {
@@ -888,7 +893,8 @@ svc writer {} {column}",
     }
 
     #[test]
-    fn only_ledger_creation_needs_admin_and_every_write_method_still_needs_writer() {
+    fn only_ledger_creation_and_period_closes_need_admin_and_every_write_method_still_needs_writer()
+    {
         let writes = [
             "CreateAccount",
             "UpdateAccount",
@@ -897,6 +903,7 @@ svc writer {} {column}",
             "Void",
             "Capture",
             "CreateLedger",
+            "ClosePeriod",
         ];
         let methods =
             crate::access::METHODS
@@ -904,9 +911,10 @@ svc writer {} {column}",
                 .chain(["CreateLedger", "GetLedger", "ListLedgers"]);
         for m in methods {
             assert_eq!(needs_writer(m), writes.contains(&m), "{m}");
-            assert_eq!(needs_admin(m), m == "CreateLedger", "{m}");
+            let admin = m == "CreateLedger" || m == "ClosePeriod";
+            assert_eq!(needs_admin(m), admin, "{m}");
             let want = match m {
-                "CreateLedger" => Role::Admin,
+                _ if admin => Role::Admin,
                 _ if writes.contains(&m) => Role::Writer,
                 _ => Role::Reader,
             };

@@ -31,7 +31,7 @@ use tonic::Code;
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The methods of `ledger.v1.Ledger` (metric labels are only ever one of these or `unknown`).
-pub const METHODS: [&str; 17] = [
+pub const METHODS: [&str; 22] = [
     "CreateAccount",
     "GetAccount",
     "UpdateAccount",
@@ -49,6 +49,11 @@ pub const METHODS: [&str; 17] = [
     "CreateLedger",
     "GetLedger",
     "ListLedgers",
+    "GetDigest",
+    "GetInclusionProof",
+    "GetConsistencyProof",
+    "ClosePeriod",
+    "ListPeriodCloses",
 ];
 
 /// Shared state of the access layer: the policy, the drain flag, requests in flight, the

@@ -225,6 +225,11 @@ pub fn void_from_pb(r: pb::VoidRequest) -> Result<VoidRequest, LedgerError> {
 pub fn posting_to_pb(p: &Posting, ledger: &str) -> pb::Posting {
     pb::Posting {
         ledger: ledger.to_owned(),
+        hash: p
+            .hash
+            .as_ref()
+            .map(ledger_core::journal::to_hex)
+            .unwrap_or_default(),
         posting_id: p.posting_id.to_string(),
         sequence: in_ledger(p.sequence),
         idempotency_key: p.idempotency_key.clone(),

@@ -14,7 +14,7 @@ use tonic::{Request, Response, Status};
 /// The gRPC face of the ledger.
 #[derive(Clone)]
 pub struct LedgerGrpc {
-    ledger: Arc<service::Ledger>,
+    pub(super) ledger: Arc<service::Ledger>,
 }
 
 impl LedgerGrpc {
@@ -23,12 +23,12 @@ impl LedgerGrpc {
     }
 
     /// The ledger a request names, if its caller may use it.
-    async fn book(&self, grants: &Grants, field: &str) -> Result<Book, LedgerError> {
+    pub(super) async fn book(&self, grants: &Grants, field: &str) -> Result<Book, LedgerError> {
         self.ledger.ledger_for(grants, field).await
     }
 }
 
-fn caller<T>(req: &Request<T>) -> String {
+pub(super) fn caller<T>(req: &Request<T>) -> String {
     req.extensions()
         .get::<Caller>()
         .map(|c| c.name.clone())
@@ -37,16 +37,16 @@ fn caller<T>(req: &Request<T>) -> String {
 
 /// The ledgers the caller of a request is granted (every one without the extension: no auth
 /// layer, as without authentication).
-fn grants<T>(req: &Request<T>) -> Grants {
+pub(super) fn grants<T>(req: &Request<T>) -> Grants {
     req.extensions()
         .get::<Caller>()
         .map(|c| c.grants.clone())
         .unwrap_or(Grants::All)
 }
 
-type Reply<T> = Result<Response<T>, Status>;
+pub(super) type Reply<T> = Result<Response<T>, Status>;
 
-fn reply<T>(r: Result<T, LedgerError>) -> Reply<T> {
+pub(super) fn reply<T>(r: Result<T, LedgerError>) -> Reply<T> {
     r.map(Response::new).map_err(to_status)
 }
 
@@ -388,5 +388,37 @@ impl ledger_server::Ledger for LedgerGrpc {
             ledgers: ledgers.iter().map(ledger_to_pb).collect(),
             next_page_token: next,
         }))
+    }
+
+    async fn get_digest(&self, req: Request<pb::GetDigestRequest>) -> Reply<pb::Digest> {
+        super::journal::get_digest(self, req).await
+    }
+
+    async fn get_inclusion_proof(
+        &self,
+        req: Request<pb::GetInclusionProofRequest>,
+    ) -> Reply<pb::InclusionProof> {
+        super::journal::get_inclusion_proof(self, req).await
+    }
+
+    async fn get_consistency_proof(
+        &self,
+        req: Request<pb::GetConsistencyProofRequest>,
+    ) -> Reply<pb::ConsistencyProof> {
+        super::journal::get_consistency_proof(self, req).await
+    }
+
+    async fn close_period(
+        &self,
+        req: Request<pb::ClosePeriodRequest>,
+    ) -> Reply<pb::ClosePeriodResponse> {
+        super::journal::close_period(self, req).await
+    }
+
+    async fn list_period_closes(
+        &self,
+        req: Request<pb::ListPeriodClosesRequest>,
+    ) -> Reply<pb::ListPeriodClosesResponse> {
+        super::journal::list_period_closes(self, req).await
     }
 }

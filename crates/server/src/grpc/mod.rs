@@ -3,6 +3,7 @@
 
 pub mod convert;
 pub mod handlers;
+pub mod journal;
 pub mod sized;
 pub mod status;
 

@@ -4,6 +4,7 @@
 
 pub mod batch;
 pub mod expiry;
+pub mod journal;
 pub mod ledgers;
 pub mod lists;
 pub mod replicas;

@@ -65,6 +65,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0015_account_events",
         include_str!("../../../../migrations/0015_account_events.sql"),
     ),
+    (
+        "0016_verifiable_journal",
+        include_str!("../../../../migrations/0016_verifiable_journal.sql"),
+    ),
 ];
 
 /// Applies every migration not yet applied. Safe to run from several processes at once.
@@ -82,10 +86,23 @@ pub async fn migrate(database_url: &str) -> Result<Vec<String>, StorageError> {
         Ok(pending) => apply(&mut client, &pending).await,
         Err(e) => Err(e),
     };
+    // A journal recorded before hashing existed is hashed now, in chunks (resumable).
+    let result = match result {
+        Ok(applied) => hash_backlogs(database_url).await.map(|_| applied),
+        Err(e) => Err(e),
+    };
     let _ = client
         .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
         .await;
     result
+}
+
+/// Hashes the journal recorded before hashing existed ([`super::journal::hash_backlogs`]), on a
+/// connection of its own.
+async fn hash_backlogs(database_url: &str) -> Result<u64, StorageError> {
+    let pool = super::pool(database_url, 1)?;
+    let mut client = pool.get().await?;
+    super::journal::hash_backlogs(&mut client).await
 }
 
 /// The migrations not yet recorded in `schema_migrations` (all of them before it exists), in

@@ -7,6 +7,7 @@ pub mod check;
 pub mod conn;
 pub mod fixture;
 pub mod holds;
+pub mod journal;
 pub mod ledgers;
 pub mod migrate;
 pub mod outbox;

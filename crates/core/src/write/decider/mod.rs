@@ -14,6 +14,7 @@ mod terms;
 use crate::account::Metadata;
 use crate::engine::{available_of, AccountState, Effect, Engine, LegEffect, Totals};
 use crate::error::{LedgerError, Reason};
+use crate::journal::Chain;
 use crate::ledger;
 use crate::posting::{check_balanced, check_expiry, HoldTerms, Leg, ValidPost};
 use crate::record::{expired_by, CloseKind, Closes, HoldState, PostedLeg, Posting};
@@ -134,6 +135,7 @@ impl NewPosting {
             voids_posting_id: self.voids.as_ref().map(|v| v.0),
             voided_by_posting_id: None,
             void_reason: self.voids.map(|v| v.1),
+            hash: None,
             hold: self.hold.map(|h| HoldState {
                 expires_at: h.expires_at,
                 closed_by: None,
@@ -176,6 +178,9 @@ pub struct Decider<'a> {
     holds: Vec<(Uuid, Vec<Leg>)>,
     /// Holds that lapsed in this batch (their expiry time passed), with the legs lapsed.
     lapsed: HashMap<Uuid, Vec<Leg>>,
+    /// The ledger's chain, each posting appended as it is recorded (`None`: the journal is not
+    /// hashed up to the ledger's last posting yet; `ledger migrate` hashes it).
+    chain: Option<Chain>,
 }
 
 impl<'a> Decider<'a> {
@@ -216,6 +221,7 @@ impl<'a> Decider<'a> {
             due: BinaryHeap::new(),
             holds: Vec::new(),
             lapsed: HashMap::new(),
+            chain: s.chain.clone(),
         };
         d.expiring_holds(&s.expiring);
         d
@@ -391,17 +397,23 @@ impl<'a> Decider<'a> {
             .hold
             .and_then(|h| h.expires_at)
             .map(|t| (t, new.legs.clone()));
-        let posting = new.into_posting(sequence, id, self.now(), r);
+        let mut posting = new.into_posting(sequence, id, self.now(), r);
         if let Some((at, legs)) = opened {
             self.expires(posting.posting_id, at, legs);
         }
         self.remember(&posting);
+        let nodes = self.chain.as_mut().map(|c| {
+            let (hash, nodes) = c.append(&posting);
+            posting.hash = Some(hash);
+            nodes
+        });
         self.postings.push(PlannedPosting {
             posting: posting.clone(),
             key_id,
             legs,
             held_accounts,
             closes_expiring,
+            nodes: nodes.unwrap_or_default(),
         });
         Ok(posting)
     }
@@ -455,6 +467,7 @@ impl<'a> Decider<'a> {
                 base: self.base,
                 outcomes: Vec::new(),
                 unbound,
+                chain: None,
             };
         }
         let accounts = &self.snapshot.accounts;
@@ -484,6 +497,7 @@ impl<'a> Decider<'a> {
             base: self.base,
             outcomes,
             unbound,
+            chain: self.chain,
         }
     }
 }

@@ -11,7 +11,8 @@ use crate::storage::{StorageError, LEDGER_LOCK_CLASS};
 use ledger_core::account::{Account, AccountCache};
 use ledger_core::amount::{parse_stored, Amount};
 use ledger_core::engine::Totals;
-use ledger_core::ledger::LedgerId;
+use ledger_core::journal::{Chain, Frontier};
+use ledger_core::ledger::{self, LedgerId};
 use ledger_core::record::Posting;
 use ledger_core::write::{
     distinct_keys, AccountState, Clock, Command, ExpiringHold, HeldLeg, NamedPostings, Snapshot,
@@ -39,7 +40,9 @@ const CLAIM_SQL: &str = "WITH u AS (
      ORDER BY u.n";
 
 /// The ledger's last committed batch and the clock, read under the lock.
-const STATE_SQL: &str = "SELECT last_sequence, last_recorded_at, clock_timestamp() AS now FROM ledger_state WHERE ledger_id = $1 FOR UPDATE";
+const STATE_SQL: &str = "SELECT last_sequence, last_recorded_at, clock_timestamp() AS now,
+       tree_size, tree_head, tree_frontier, (SELECT code FROM ledgers l WHERE l.ledger_id = s.ledger_id) AS ledger_code
+     FROM ledger_state s WHERE ledger_id = $1 FOR UPDATE";
 
 /// The totals of the accounts named by the batch's requests (ids distinct), with the version
 /// of their terms in force (none: a corrupt account).
@@ -118,6 +121,7 @@ pub async fn load(
     .await?;
     found.read(accounts);
     let clock = clock_of(&first.state);
+    let chain = chain_of(&first.state, &clock)?;
     let claimed = claimed_keys(&first.claim, firsts.len());
     let keys = key_states(client, ledger, requests, &firsts, &claimed).await?;
     let new_voids: Vec<Uuid> = firsts
@@ -145,6 +149,7 @@ pub async fn load(
         corrupt_accounts: found.corrupt,
         corrupt_named: corrupt_targets,
         expiring,
+        chain,
     })
 }
 
@@ -305,6 +310,29 @@ fn clock_of(state: &Row) -> Clock {
         last_recorded_at: state.get("last_recorded_at"),
         now: state.get("now"),
     }
+}
+
+/// The ledger's chain from its state row: `None` while the journal is hashed only part of the
+/// way (`storage::journal::hash_backlog` goes on from there). A head or frontier that cannot
+/// be read fails the batch: the row was written behind the ledger's back.
+fn chain_of(state: &Row, clock: &Clock) -> Result<Option<Chain>, StorageError> {
+    let size: i64 = state.get("tree_size");
+    if size != ledger::in_ledger(clock.last_sequence) {
+        return Ok(None);
+    }
+    let corrupt = |e: String| {
+        StorageError::corrupt_posting(clock.last_sequence, format!("the ledger's chain: {e}"))
+    };
+    let head: Vec<u8> = state.get("tree_head");
+    let head = <[u8; 32]>::try_from(head.as_slice())
+        .map_err(|_| corrupt("a head not of 32 bytes".into()))?;
+    let frontier: Vec<u8> = state.get("tree_frontier");
+    let frontier = Frontier::from_bytes(size as u64, &frontier).map_err(corrupt)?;
+    Ok(Some(Chain {
+        ledger: state.get("ledger_code"),
+        head,
+        frontier,
+    }))
 }
 
 /// The accounts a snapshot holds, as they are read.

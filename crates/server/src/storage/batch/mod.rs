@@ -25,6 +25,7 @@
 //! [`Snapshot`]: ledger_core::write::Snapshot
 
 mod decided;
+mod hashes;
 mod load;
 mod memo;
 mod terms;

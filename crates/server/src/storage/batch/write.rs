@@ -1,5 +1,6 @@
 //! The write step: a decided plan into the journal, one statement per table, and the commit.
 
+use super::hashes::{Hashes, HASHES_SQL};
 use super::GENERIC_PLANS;
 use crate::storage::accounts::metadata_to_json;
 use crate::storage::read::direction_to_sql;
@@ -61,8 +62,10 @@ const VERSIONS_SQL: &str = "INSERT INTO account_terms (account_id, terms_version
 const ACCOUNT_OUTBOX_SQL: &str = "INSERT INTO account_outbox (ledger_id, account_id, terms_version, created_at)
      SELECT $1::integer, a, v, $4 FROM unnest($2::bigint[], $3::bigint[]) WITH ORDINALITY AS u(a, v, n) ORDER BY n";
 
-const STATE_UPDATE_SQL: &str =
-    "UPDATE ledger_state SET last_sequence = $1, last_recorded_at = $2 WHERE ledger_id = $3";
+/// The ledger's clock, and its chain when the batch hashed its postings ([`Hashes`]).
+const STATE_UPDATE_SQL: &str = "UPDATE ledger_state SET last_sequence = $1, last_recorded_at = $2,
+       tree_size = coalesce($4, tree_size), tree_head = coalesce($5, tree_head), tree_frontier = coalesce($6, tree_frontier)
+     WHERE ledger_id = $3";
 
 /// The plan as column arrays, one per column of each multi-row insert.
 #[derive(Default)]
@@ -325,8 +328,11 @@ pub async fn write(
     let versions = futures_util::try_join!(
         client.prepare_cached(VERSIONS_SQL),
         client.prepare_cached(ACCOUNT_OUTBOX_SQL),
+        client.prepare_cached(HASHES_SQL),
     )?;
-    let counts = send(client, &c, plan, clock, (st, versions)).await?;
+    let hashes = Hashes::of(plan);
+    let counts = send(client, (&c, &hashes), plan, clock, (st, versions)).await?;
+    assert_eq!(counts.hashes as usize, hashes.sequence.len());
     assert_eq!(counts.versions as usize, plan.versions.len());
     assert_eq!(counts.account_outbox as usize, plan.versions.len());
     assert_eq!(counts.postings as usize, c.p_seq.len());
@@ -359,11 +365,17 @@ type Statements = (
 /// A statement parameter.
 type P = dyn tokio_postgres::types::ToSql + Sync;
 
-/// The statements of the batch's new versions: `account_terms`, `account_outbox`.
-type VersionStatements = (tokio_postgres::Statement, tokio_postgres::Statement);
+/// The statements of the batch's new versions (`account_terms`, `account_outbox`) and of its
+/// postings' hashes.
+type VersionStatements = (
+    tokio_postgres::Statement,
+    tokio_postgres::Statement,
+    tokio_postgres::Statement,
+);
 
 /// Rows each statement changed.
 struct Counts {
+    hashes: u64,
     versions: u64,
     account_outbox: u64,
     postings: u64,
@@ -481,7 +493,7 @@ impl Columns {
 /// reported here.
 async fn send(
     client: &deadpool_postgres::Client,
-    c: &Columns,
+    (c, h): (&Columns, &Hashes),
     plan: &Plan,
     clock: &Clock,
     (
@@ -496,7 +508,7 @@ async fn send(
             x_st,
             xd_st,
         ),
-        (versions_st, account_outbox_st),
+        (versions_st, account_outbox_st, hashes_st),
     ): (Statements, VersionStatements),
 ) -> Result<Counts, StorageError> {
     let posts = c.p_seq.len();
@@ -514,7 +526,15 @@ async fn send(
     let versions_p = c.v.params();
     let account_outbox_p: [&P; 4] = [&ledger, &c.v.account, &c.v.version, &plan.base];
     let outbox_p: [&P; 3] = [&c.p_seq, &c.p_id, &plan.base];
-    let state_p: [&P; 3] = [&last_sequence, &last_recorded, &ledger];
+    let state_p: [&P; 6] = [
+        &last_sequence,
+        &last_recorded,
+        &ledger,
+        &h.size,
+        &h.head,
+        &h.frontier,
+    ];
+    let hashes_p: [&P; 4] = [&h.sequence, &h.hash, &h.nodes, &h.root];
     let (totals_p, postings_p, entries_p) = (c.totals_p(), c.postings_p(), c.entries_p());
     let (hold_legs_p, rejections_p) = (c.hold_legs_p(), c.rejections_p(&ledger));
     let (expiring_p, unexpiring_p) = (c.expiring_p(), c.unexpiring_p());
@@ -530,10 +550,12 @@ async fn send(
         maybe(client, c.r_caller.len(), &rejections_st, &rejections_p),
         maybe(client, posts, &outbox_st, &outbox_p),
         maybe(client, vs, &account_outbox_st, &account_outbox_p),
+        maybe(client, h.sequence.len(), &hashes_st, &hashes_p),
         maybe(client, state_rows, &state_st, &state_p),
         client.batch_execute("COMMIT")
     )?;
     Ok(Counts {
+        hashes: r.11,
         totals: r.0,
         versions: r.1,
         postings: r.2,

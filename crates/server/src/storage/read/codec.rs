@@ -44,7 +44,17 @@ pub(super) fn posting_head(h: &tokio_postgres::Row) -> Result<Posting, StorageEr
         void_reason: h.get("void_reason"),
         hold: hold_state(h, sequence)?,
         closes: closes(h, sequence)?,
+        hash: stored_hash(h.get("hash")).map_err(|e| StorageError::corrupt_posting(sequence, e))?,
     })
+}
+
+/// A posting's stored hash: 32 bytes, or none (not hashed yet).
+pub(crate) fn stored_hash(h: Option<Vec<u8>>) -> Result<Option<[u8; 32]>, String> {
+    h.map(|b| {
+        <[u8; 32]>::try_from(b.as_slice())
+            .map_err(|_| format!("its hash has {} bytes, not 32", b.len()))
+    })
+    .transpose()
 }
 
 pub(super) fn close_kind(

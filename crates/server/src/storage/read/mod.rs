@@ -20,7 +20,8 @@ use uuid::Uuid;
 const POSTING_COLUMNS: &str = "p.sequence, p.posting_id, p.caller, p.idempotency_key, p.effective_at,
      p.recorded_at, p.memo, p.metadata, p.voids_posting_id, p.void_reason, v.posting_id AS voided_by,
      p.hold, p.hold_expires_at, p.closes_hold_posting_id, p.close_kind,
-     c.posting_id AS closed_by, c.close_kind AS closed_how";
+     c.posting_id AS closed_by, c.close_kind AS closed_how,
+     (SELECT h.hash FROM posting_hashes h WHERE h.sequence = p.sequence) AS hash";
 
 /// The heads of postings by sequence, with the void and the closing posting of each (those
 /// included by the cut-off: recorded by sequence `$2`, effective by `$3`). The void and the

@@ -20,7 +20,8 @@ use uuid::Uuid;
 const TARGET_HEADS_SQL: &str = "SELECT p.sequence, p.posting_id, p.caller, p.idempotency_key, p.effective_at,
             p.recorded_at, p.memo, p.metadata, p.voids_posting_id, p.void_reason, NULL::uuid AS voided_by,
             p.hold, p.hold_expires_at, p.closes_hold_posting_id, p.close_kind,
-            NULL::uuid AS closed_by, NULL::text AS closed_how, NULL::bool AS lapsed
+            NULL::uuid AS closed_by, NULL::text AS closed_how, NULL::bool AS lapsed,
+            (SELECT h.hash FROM posting_hashes h WHERE h.sequence = p.sequence) AS hash
      FROM unnest($1::uuid[]) AS x(id)
      CROSS JOIN LATERAL (SELECT * FROM postings WHERE posting_id = x.id AND ledger_id = $2 LIMIT 1) p
      ORDER BY p.sequence";
