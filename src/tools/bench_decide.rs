@@ -173,5 +173,6 @@ fn snapshot(accounts: &HashMap<String, Account>, requests: &[WriteRequest]) -> S
         expiring: Vec::new(),
         // A new ledger, hashed from its first posting: decide hashes as the writer's does.
         chain: Some(ledger_core::journal::Chain::genesis("default")),
+        closed_before: None,
     }
 }

@@ -11,6 +11,7 @@ mod check;
 mod cli;
 mod cli_accounts;
 mod client;
+mod closes;
 mod corrupt;
 mod embedded;
 mod embedded_recovery;

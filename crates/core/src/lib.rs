@@ -11,6 +11,7 @@ pub mod ledger;
 pub mod limits;
 pub mod page;
 pub mod page_token;
+pub mod period;
 pub mod posting;
 pub mod record;
 pub mod statement;

@@ -2,6 +2,7 @@
 
 use crate::error::LedgerError;
 use crate::hold::{expiry_key, ValidCapture, LEDGER_CALLER};
+use crate::period::{PeriodClose, ValidClose};
 use crate::posting::{Fingerprint, ValidPost, ValidVoid};
 use crate::record::{Decided, Posting};
 use crate::terms::AccountVersion;
@@ -19,6 +20,8 @@ pub enum Command {
     Expire(ValidExpire),
     /// A new version of an account's terms.
     Update(Box<ValidUpdate>),
+    /// A period close.
+    Close(ValidClose),
 }
 
 /// The release of an expired hold, as the expiry task asks for it.
@@ -59,6 +62,7 @@ pub enum Operation {
     Capture,
     Expire,
     Update,
+    Close,
 }
 
 impl Operation {
@@ -70,6 +74,7 @@ impl Operation {
             Operation::Capture => "capture",
             Operation::Expire => "expire",
             Operation::Update => "update",
+            Operation::Close => "close",
         }
     }
 
@@ -81,6 +86,7 @@ impl Operation {
             "capture" => Some(Operation::Capture),
             "expire" => Some(Operation::Expire),
             "update" => Some(Operation::Update),
+            "close" => Some(Operation::Close),
             _ => None,
         }
     }
@@ -95,6 +101,7 @@ impl Command {
             Command::Capture(c) => &c.idempotency_key,
             Command::Expire(x) => &x.idempotency_key,
             Command::Update(u) => &u.idempotency_key,
+            Command::Close(c) => &c.idempotency_key,
         }
     }
 
@@ -105,6 +112,7 @@ impl Command {
             Command::Capture(_) => Operation::Capture,
             Command::Expire(_) => Operation::Expire,
             Command::Update(_) => Operation::Update,
+            Command::Close(_) => Operation::Close,
         }
     }
 
@@ -116,6 +124,7 @@ impl Command {
             Command::Capture(c) => &c.fingerprint,
             Command::Expire(x) => &x.fingerprint,
             Command::Update(u) => &u.fingerprint,
+            Command::Close(c) => &c.fingerprint,
         }
     }
 
@@ -123,7 +132,7 @@ impl Command {
     /// expiry's hold.
     pub fn target(&self) -> Option<Uuid> {
         match self {
-            Command::Post(_) | Command::Update(_) => None,
+            Command::Post(_) | Command::Update(_) | Command::Close(_) => None,
             Command::Void(v) => Some(v.target),
             Command::Capture(c) => Some(c.hold),
             Command::Expire(x) => Some(x.hold),
@@ -172,11 +181,12 @@ pub fn distinct_keys(requests: &[WriteRequest]) -> Vec<usize> {
         .collect()
 }
 
-/// What a write recorded: a posting, or a version of an account's terms.
+/// What a write recorded: a posting, a version of an account's terms, or a period close.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Done {
     Posting(Posting),
     Version(AccountVersion),
+    Close(PeriodClose),
 }
 
 /// The answer to any write request: what it recorded, and whether an earlier request did.
@@ -191,7 +201,7 @@ impl Written {
     pub fn posting(&self) -> Option<&Posting> {
         match &self.done {
             Done::Posting(p) => Some(p),
-            Done::Version(_) => None,
+            Done::Version(_) | Done::Close(_) => None,
         }
     }
 
@@ -203,7 +213,9 @@ impl Written {
                 posting,
                 replayed: self.replayed,
             },
-            Done::Version(_) => panic!("a posting request was answered with an account version"),
+            Done::Version(_) | Done::Close(_) => {
+                panic!("a posting request was answered with an account version or a close")
+            }
         }
     }
 
@@ -211,7 +223,15 @@ impl Written {
     pub fn updated(self) -> (AccountVersion, bool) {
         match self.done {
             Done::Version(v) => (v, self.replayed),
-            Done::Posting(_) => panic!("an account update was answered with a posting"),
+            _ => panic!("an account update was answered with a posting or a close"),
+        }
+    }
+
+    /// The answer to a period close; anything else there is the writer's own bug.
+    pub fn closed(self) -> (PeriodClose, bool) {
+        match self.done {
+            Done::Close(c) => (c, self.replayed),
+            _ => panic!("a period close was answered with a posting or a version"),
         }
     }
 }

@@ -27,7 +27,9 @@ pub use command::{
     distinct_keys, update_windows, Command, Done, Operation, Outcome, ValidExpire, WriteRequest,
     Written,
 };
-pub use plan::{FinalTotals, Plan, PlannedLeg, PlannedPosting, PlannedRejection, PlannedVersion};
+pub use plan::{
+    FinalTotals, Plan, PlannedClose, PlannedLeg, PlannedPosting, PlannedRejection, PlannedVersion,
+};
 pub use round::Rounds;
 pub use snapshot::{
     AccountState, Clock, ExpiringHold, HeldLeg, KeyState, Snapshot, StoredDecision,

@@ -346,6 +346,7 @@ impl Store {
                     .clone()
                     .unwrap_or_else(|| Chain::genesis(LEDGER_CODE)),
             ),
+            closed_before: None,
         }
     }
 

@@ -6,13 +6,15 @@
 //! replays go through [`decide`] (its snapshots built by a small store that does what
 //! `storage::batch::load` does, debit windows included) and through a model that keeps the
 //! postings and versions as lists and applies the rules plainly: conditions, then status,
-//! floor, ceiling and limits in leg order. Every outcome, every account's sums and the version
-//! in force must agree.
+//! floor, ceiling and limits in leg order. Period closes join them (some not forward), and
+//! transfers some back-dated (some into a closed period). Every outcome, every account's sums
+//! and the version in force must agree.
 
 use super::*;
 use crate::account::{Account, Direction, Metadata, NormalBalance};
 use crate::amount::Amount;
 use crate::engine::Totals;
+use crate::period::ValidClose;
 use crate::posting::{Check, ConditionRequest, LegRequest, PostRequest, VoidRequest};
 use crate::record::Posting;
 use crate::terms::{AccountStatus, DebitLimit, DebitWindow, Terms, UpdateRequest};
@@ -79,6 +81,8 @@ enum Op {
         cents: i64,
         hold: bool,
         cond: Option<Cond>,
+        /// Effective at this second (back-dated or not); `None`: when recorded.
+        effective: Option<i64>,
     },
     Release {
         key: u8,
@@ -90,6 +94,12 @@ enum Op {
         account: usize,
         expected: i64,
         change: Change,
+    },
+    /// A period close before this second (a close of a period not ended when the batch
+    /// runs is not sent: decide refuses it unbound, see `rules.rs`).
+    Close {
+        key: u8,
+        before: i64,
     },
     Again {
         of: usize,
@@ -110,15 +120,17 @@ fn op() -> impl Strategy<Value = Op> {
         1i64..1500,
         prop::bool::weighted(0.3),
         cond,
+        prop_oneof![3 => Just(None), 1 => (-3i64..16).prop_map(Some)],
     )
         .prop_filter("two accounts", |(_, f, t, ..)| f != t)
-        .prop_map(|(key, from, to, cents, hold, cond)| Op::Post {
+        .prop_map(|(key, from, to, cents, hold, cond, effective)| Op::Post {
             key,
             from,
             to,
             cents,
             hold,
             cond,
+            effective,
         });
     let amount = prop_oneof![Just(None), (-2000i64..4000).prop_map(Some)];
     let limits = prop::collection::vec((1i64..3000, 1u32..4), 0..3);
@@ -142,6 +154,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0u8..20, any::<usize>()).prop_map(|(key, hold)| Op::Release { key, hold }),
         2 => (0u8..20, 1usize..3, prop_oneof![4 => Just(0i64), 1 => Just(1i64)], change)
             .prop_map(|(key, account, expected, change)| Op::Update { key, account, expected, change }),
+        1 => (0u8..20, -3i64..16).prop_map(|(key, before)| Op::Close { key, before }),
         1 => any::<usize>().prop_map(|of| Op::Again { of }),
     ]
 }
@@ -162,6 +175,8 @@ struct MPosting {
 enum Done {
     Posting(usize),
     Version(usize, i64),
+    /// A close before that second.
+    Close(i64),
 }
 
 #[derive(Default)]
@@ -172,6 +187,8 @@ struct Model {
     terms: Vec<Terms>,
     /// Per account, the model sequence (1-based) of its last posting; 0 none.
     last: Vec<i64>,
+    /// The ledger's close: nothing effective before this second.
+    closed_before: Option<i64>,
 }
 
 impl Model {
@@ -379,6 +396,7 @@ struct Store {
     last_sequence: HashMap<i64, i64>,
     last: Option<(i64, OffsetDateTime)>,
     next_key_id: i64,
+    closed_before: Option<OffsetDateTime>,
 }
 
 impl Store {
@@ -498,6 +516,7 @@ impl Store {
             corrupt_named: HashMap::new(),
             expiring: Vec::new(),
             chain: None,
+            closed_before: self.closed_before,
         }
     }
 
@@ -533,7 +552,15 @@ impl Store {
                     .insert((r.caller.clone(), r.command.key().to_owned()), d);
             }
         }
-        let recorded = plan.versions.iter().map(|v| v.version.recorded_at).max();
+        if let Some(c) = plan.closes.last() {
+            self.closed_before = Some(c.close.effective_before);
+        }
+        let recorded = plan
+            .versions
+            .iter()
+            .map(|v| v.version.recorded_at)
+            .chain(plan.closes.iter().map(|c| c.close.recorded_at))
+            .max();
         self.last = match (plan.last(), self.last) {
             (Some(l), _) => Some((l.0, recorded.map_or(l.1, |r| r.max(l.1)))),
             (None, Some(l)) => Some((l.0, recorded.map_or(l.1, |r| r.max(l.1)))),
@@ -591,6 +618,7 @@ impl Book {
                 cents: 5_000,
                 hold: false,
                 cond: None,
+                effective: None,
             })
             .collect();
         book.batch(0, fund)?;
@@ -608,6 +636,7 @@ impl Book {
                 cents,
                 hold,
                 cond: Some(Cond::Stale(a, stale)),
+                effective,
             } => {
                 let n = self.model.last[a] + i64::from(stale);
                 Op::Post {
@@ -617,6 +646,7 @@ impl Book {
                     cents,
                     hold,
                     cond: Some(Cond::Last(a, n)),
+                    effective,
                 }
             }
             Op::Release { key, hold } => {
@@ -657,19 +687,20 @@ impl Book {
                 cents,
                 hold,
                 cond,
+                effective,
             } => {
                 let conditions = cond.iter().map(condition_request).collect();
                 let req = PostRequest {
                     idempotency_key: format!("k{key}"),
                     legs: leg_requests(&transfer_legs(*from, *to, *cents)),
-                    effective_at: None,
+                    effective_at: effective.map(at),
                     memo: String::new(),
                     metadata: Metadata::new(),
                     hold: *hold,
                     hold_expires_at: None,
                     conditions,
                 };
-                let meaning = format!("post {from} {to} {cents} {hold} {cond:?}");
+                let meaning = format!("post {from} {to} {cents} {hold} {cond:?} {effective:?}");
                 (Command::Post(req.validate(&accounts()).ok()?), meaning)
             }
             Op::Release { key, hold } => {
@@ -696,6 +727,11 @@ impl Book {
                     Command::Update(Box::new(valid)),
                     format!("update {account} {expected} {change:?}"),
                 )
+            }
+            Op::Close { key, before } => {
+                let close = ValidClose::validate(Some(at(*before)), &format!("k{key}"), "")
+                    .expect("a valid close");
+                (Command::Close(close), format!("close {before}"))
             }
             Op::Again { .. } => unreachable!("resolved"),
         };
@@ -782,10 +818,15 @@ impl Model {
                 cents,
                 hold,
                 cond,
+                effective,
                 ..
             } => {
                 if cond.as_ref().is_some_and(|c| !self.condition(c)) {
                     return Err(Reason::ConditionFailed);
+                }
+                let when = effective.map_or(t, at);
+                if self.closed_before.is_some_and(|b| when < at(b)) {
+                    return Err(Reason::PeriodClosed);
                 }
                 let legs = transfer_legs(*from, *to, *cents);
                 if let Some(r) = self.refusal(&legs, *hold, t) {
@@ -823,6 +864,13 @@ impl Model {
                 change,
                 ..
             } => self.update(*account, *expected, change),
+            Op::Close { before, .. } => {
+                if self.closed_before.is_some_and(|b| *before <= b) {
+                    return Err(Reason::PeriodCloseNotForward);
+                }
+                self.closed_before = Some(*before);
+                Ok(Done::Close(*before))
+            }
             Op::Again { .. } => unreachable!("resolved"),
         }
     }
@@ -848,6 +896,9 @@ impl Book {
         let mut sent = Vec::new();
         for op in ops {
             let Some(op) = self.resolve(op) else { continue };
+            if matches!(op, Op::Close { before, .. } if before > second) {
+                continue;
+            }
             if let Some(s) = self.sent_of(&op) {
                 self.sent.push(op);
                 sent.push(s);
@@ -902,6 +953,13 @@ impl Book {
                     return Err(TestCaseError::fail("a posting, not a version"));
                 };
                 prop_assert_eq!((got.account_id, got.terms.version), (a as i64, v));
+                prop_assert_eq!(w.replayed, replayed);
+            }
+            (Ok(w), Ok((Done::Close(before), replayed))) => {
+                let super::Done::Close(got) = &w.done else {
+                    return Err(TestCaseError::fail("not a close"));
+                };
+                prop_assert_eq!(got.effective_before, at(before));
                 prop_assert_eq!(w.replayed, replayed);
             }
             (Err(e), Err(r)) => prop_assert_eq!(e.reason, r, "{}", e),

@@ -7,6 +7,7 @@ use crate::amount::Amount;
 use crate::engine::Totals;
 use crate::error::LedgerError;
 use crate::journal::Chain;
+use crate::period::PeriodClose;
 use crate::record::{CloseKind, Posting};
 use crate::terms::AccountVersion;
 use time::OffsetDateTime;
@@ -48,6 +49,13 @@ pub struct PlannedVersion {
     pub key_id: i64,
 }
 
+/// A period close the plan records, with the number of its key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedClose {
+    pub close: PeriodClose,
+    pub key_id: i64,
+}
+
 /// A state-dependent rejection the plan binds to its key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlannedRejection {
@@ -74,6 +82,8 @@ pub struct Plan {
     pub postings: Vec<PlannedPosting>,
     /// In the order decided.
     pub versions: Vec<PlannedVersion>,
+    /// In the order decided (each later than the one before).
+    pub closes: Vec<PlannedClose>,
     pub rejections: Vec<PlannedRejection>,
     /// The accounts the postings and versions touch, by id.
     pub totals: Vec<FinalTotals>,

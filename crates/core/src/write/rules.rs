@@ -142,6 +142,7 @@ fn snapshot(requests: &[WriteRequest], a_cents: i128, targets: &[Posting]) -> Sn
         corrupt_named: HashMap::new(),
         expiring: Vec::new(),
         chain: None,
+        closed_before: None,
     }
 }
 
@@ -743,4 +744,44 @@ fn requests_the_clock_made_invalid_are_refused_unbound() {
             "{name}: nothing planned"
         );
     }
+}
+
+fn close(key: &str, before: time::OffsetDateTime) -> WriteRequest {
+    WriteRequest {
+        caller: "c".into(),
+        command: Command::Close(
+            crate::period::ValidClose::validate(Some(before), key, "month end").unwrap(),
+        ),
+    }
+}
+
+#[test]
+fn a_close_of_a_period_not_ended_is_refused_unbound_and_a_back_dated_void_after_a_close_is_refused()
+{
+    let future = [close("c1", t0() + time::Duration::hours(1))];
+    let plan = run(&future, &snapshot(&future, 0, &[]));
+    assert_eq!(plan.unbound.len(), 1, "a future close binds nothing");
+    assert_eq!(plan.unbound[0].1.reason, InvalidField);
+
+    let open = target(None, None);
+    let mut back_dated = void("v", &open);
+    if let Command::Void(v) = &mut back_dated.command {
+        v.effective_at = Some(t0() - time::Duration::days(2));
+    }
+    let requests = vec![
+        close("c2", t0() - time::Duration::days(1)),
+        back_dated,
+        void("v2", &open),
+    ];
+    let plan = run(
+        &requests,
+        &snapshot(&requests, 1000, std::slice::from_ref(&open)),
+    );
+    assert_eq!(
+        reasons(&plan),
+        vec![Ok(false), Err(PeriodClosed), Ok(false)],
+        "the close, the back-dated void refused, the void effective now recorded"
+    );
+    assert_eq!(plan.closes.len(), 1);
+    assert_eq!(plan.rejections.len(), 1, "PERIOD_CLOSED binds its key");
 }

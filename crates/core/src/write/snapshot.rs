@@ -78,6 +78,9 @@ pub struct Snapshot {
     /// journal is not hashed that far (a journal from before hashing, until `ledger migrate`
     /// has hashed it): the batch's postings are then left for it to hash.
     pub chain: Option<Chain>,
+    /// The ledger's last period close's `effective_before`, if it has one
+    /// ([`crate::period`]): nothing is recorded effective before it.
+    pub closed_before: Option<OffsetDateTime>,
 }
 
 /// An open hold with an expiry, as the batch's accounts hold it.

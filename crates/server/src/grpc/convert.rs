@@ -45,7 +45,10 @@ pub fn time_to_pb(t: OffsetDateTime) -> Timestamp {
     }
 }
 
-fn opt_time(field: &str, ts: Option<&Timestamp>) -> Result<Option<OffsetDateTime>, LedgerError> {
+pub fn opt_time(
+    field: &str,
+    ts: Option<&Timestamp>,
+) -> Result<Option<OffsetDateTime>, LedgerError> {
     ts.map(|t| time_from_pb(field, t)).transpose()
 }
 

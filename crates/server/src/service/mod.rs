@@ -3,6 +3,7 @@
 //! these and only converts. `PostBatch` is in [`batch`].
 
 pub mod batch;
+pub mod closes;
 pub mod expiry;
 pub mod journal;
 pub mod ledgers;

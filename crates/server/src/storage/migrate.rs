@@ -69,6 +69,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0016_verifiable_journal",
         include_str!("../../../../migrations/0016_verifiable_journal.sql"),
     ),
+    (
+        "0017_period_closes",
+        include_str!("../../../../migrations/0017_period_closes.sql"),
+    ),
 ];
 
 /// Applies every migration not yet applied. Safe to run from several processes at once.

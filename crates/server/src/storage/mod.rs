@@ -4,6 +4,7 @@
 pub mod accounts;
 pub mod batch;
 pub mod check;
+pub mod closes;
 pub mod conn;
 pub mod fixture;
 pub mod holds;
@@ -16,6 +17,7 @@ pub mod replica;
 pub mod roles;
 pub mod terms;
 pub mod tls;
+pub mod verify;
 
 use std::fmt;
 

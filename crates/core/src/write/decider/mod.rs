@@ -9,6 +9,7 @@
 //! recorded time (and any effective time after the expiry) shows it.
 
 mod named;
+mod period;
 mod terms;
 
 use crate::account::Metadata;
@@ -19,8 +20,8 @@ use crate::ledger;
 use crate::posting::{check_balanced, check_expiry, HoldTerms, Leg, ValidPost};
 use crate::record::{expired_by, CloseKind, Closes, HoldState, PostedLeg, Posting};
 use crate::write::{
-    Command, Done, ExpiringHold, FinalTotals, Outcome, Plan, PlannedLeg, PlannedPosting,
-    PlannedRejection, PlannedVersion, Snapshot, WriteRequest,
+    Command, Done, ExpiringHold, FinalTotals, Outcome, Plan, PlannedClose, PlannedLeg,
+    PlannedPosting, PlannedRejection, PlannedVersion, Snapshot, WriteRequest,
 };
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -181,6 +182,9 @@ pub struct Decider<'a> {
     /// The ledger's chain, each posting appended as it is recorded (`None`: the journal is not
     /// hashed up to the ledger's last posting yet; `ledger migrate` hashes it).
     chain: Option<Chain>,
+    /// The ledger's period close as the batch has it (a close it decides moves it).
+    closed_before: Option<OffsetDateTime>,
+    closes: Vec<PlannedClose>,
 }
 
 impl<'a> Decider<'a> {
@@ -222,6 +226,8 @@ impl<'a> Decider<'a> {
             holds: Vec::new(),
             lapsed: HashMap::new(),
             chain: s.chain.clone(),
+            closed_before: s.closed_before,
+            closes: Vec::new(),
         };
         d.expiring_holds(&s.expiring);
         d
@@ -328,6 +334,7 @@ impl<'a> Decider<'a> {
         self.engine.at(self.now());
         let decided = match &r.command {
             Command::Update(u) => self.update(r, key_id, u).map(Done::Version),
+            Command::Close(c) => self.close(r, key_id, c).map(Done::Close),
             c => self
                 .posting_of(c)
                 .and_then(|new| self.record(r, key_id, id, new))
@@ -363,7 +370,9 @@ impl<'a> Decider<'a> {
             Command::Void(v) => self.void(v),
             Command::Capture(c) => self.capture(c),
             Command::Expire(x) => self.expire(x.hold),
-            Command::Update(_) => unreachable!("an update records no posting"),
+            Command::Update(_) | Command::Close(_) => {
+                unreachable!("an update or a close records no posting")
+            }
         }
     }
 
@@ -376,6 +385,9 @@ impl<'a> Decider<'a> {
         id: Uuid,
         new: NewPosting,
     ) -> Result<Posting, Refusal> {
+        if !matches!(r.command, Command::Expire(_)) {
+            self.in_open_period(new.effective_at)?;
+        }
         let closes_expiring = self.closes_expiring(&new)?;
         let effects = self.apply(&new)?;
         let n = self.postings.len() as i64;
@@ -462,6 +474,7 @@ impl<'a> Decider<'a> {
             return Plan {
                 postings: Vec::new(),
                 versions: Vec::new(),
+                closes: Vec::new(),
                 rejections: Vec::new(),
                 totals: Vec::new(),
                 base: self.base,
@@ -492,6 +505,7 @@ impl<'a> Decider<'a> {
         Plan {
             postings: self.postings,
             versions: self.versions,
+            closes: self.closes,
             rejections: self.rejections,
             totals,
             base: self.base,

@@ -80,6 +80,12 @@ pub(super) async fn key_states(
         .collect();
     let (mut postings, mut bad) = load_postings_tolerant(client, &seqs).await?;
     let mut versions = versions_by_key(client, &rows).await?;
+    let close_keys: Vec<i64> = rows
+        .iter()
+        .filter(|r| r.get::<_, &str>("operation") == Operation::Close.as_str())
+        .map(|r| r.get("key_id"))
+        .collect();
+    let mut closes = crate::storage::closes::by_key(client, &close_keys).await?;
     let mut rows = rows.iter().enumerate();
     Ok(claimed
         .iter()
@@ -97,6 +103,7 @@ pub(super) async fn key_states(
                     postings: &mut postings,
                     bad: &mut bad,
                     versions: &mut versions,
+                    closes: &mut closes,
                 };
                 stored_decision(row, requests[i].command.key(), found)
             }
@@ -113,6 +120,9 @@ fn stored_decision(row: &Row, key: &str, found: Named) -> KeyState {
     ) {
         (_, Some(Err(e))) => return KeyState::Unreadable(e),
         (_, Some(Ok(v))) => Ok(Done::Version(v)),
+        (None, None) if found.closes.contains_key(&key_id) => {
+            Ok(Done::Close(found.closes.remove(&key_id).expect("a close")))
+        }
         (Some(seq), None) => match found.bad.get(&seq) {
             Some(e) => return KeyState::Unreadable(e.clone()),
             None => Ok(Done::Posting(
@@ -207,4 +217,5 @@ struct Named<'a> {
     postings: &'a mut HashMap<i64, Posting>,
     bad: &'a mut HashMap<i64, LedgerError>,
     versions: &'a mut HashMap<i64, Result<AccountVersion, LedgerError>>,
+    closes: &'a mut HashMap<i64, ledger_core::period::PeriodClose>,
 }

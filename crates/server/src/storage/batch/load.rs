@@ -41,7 +41,7 @@ const CLAIM_SQL: &str = "WITH u AS (
 
 /// The ledger's last committed batch and the clock, read under the lock.
 const STATE_SQL: &str = "SELECT last_sequence, last_recorded_at, clock_timestamp() AS now,
-       tree_size, tree_head, tree_frontier, (SELECT code FROM ledgers l WHERE l.ledger_id = s.ledger_id) AS ledger_code
+       tree_size, tree_head, tree_frontier, closed_before, (SELECT code FROM ledgers l WHERE l.ledger_id = s.ledger_id) AS ledger_code
      FROM ledger_state s WHERE ledger_id = $1 FOR UPDATE";
 
 /// The totals of the accounts named by the batch's requests (ids distinct), with the version
@@ -150,6 +150,7 @@ pub async fn load(
         corrupt_named: corrupt_targets,
         expiring,
         chain,
+        closed_before: first.state.get("closed_before"),
     })
 }
 
@@ -171,7 +172,7 @@ fn touched(
             }
             Command::Capture(c) => ids.extend(c.legs.iter().map(|l| l.account_id)),
             Command::Update(u) => ids.push(u.account_id),
-            Command::Void(_) | Command::Expire(_) => {}
+            Command::Void(_) | Command::Expire(_) | Command::Close(_) => {}
         }
         if let Some(target) = command.target() {
             voids.push(target);

@@ -24,6 +24,7 @@
 //! [`AccountCache`]: ledger_core::account::AccountCache
 //! [`Snapshot`]: ledger_core::write::Snapshot
 
+mod closes;
 mod decided;
 mod hashes;
 mod load;

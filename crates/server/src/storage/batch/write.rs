@@ -1,5 +1,6 @@
 //! The write step: a decided plan into the journal, one statement per table, and the commit.
 
+use super::closes::{Closes, CLOSES_SQL};
 use super::hashes::{Hashes, HASHES_SQL};
 use super::GENERIC_PLANS;
 use crate::storage::accounts::metadata_to_json;
@@ -64,7 +65,8 @@ const ACCOUNT_OUTBOX_SQL: &str = "INSERT INTO account_outbox (ledger_id, account
 
 /// The ledger's clock, and its chain when the batch hashed its postings ([`Hashes`]).
 const STATE_UPDATE_SQL: &str = "UPDATE ledger_state SET last_sequence = $1, last_recorded_at = $2,
-       tree_size = coalesce($4, tree_size), tree_head = coalesce($5, tree_head), tree_frontier = coalesce($6, tree_frontier)
+       tree_size = coalesce($4, tree_size), tree_head = coalesce($5, tree_head), tree_frontier = coalesce($6, tree_frontier),
+       closed_before = coalesce($7, closed_before)
      WHERE ledger_id = $3";
 
 /// The plan as column arrays, one per column of each multi-row insert.
@@ -329,10 +331,12 @@ pub async fn write(
         client.prepare_cached(VERSIONS_SQL),
         client.prepare_cached(ACCOUNT_OUTBOX_SQL),
         client.prepare_cached(HASHES_SQL),
+        client.prepare_cached(CLOSES_SQL),
     )?;
-    let hashes = Hashes::of(plan);
-    let counts = send(client, (&c, &hashes), plan, clock, (st, versions)).await?;
+    let (hashes, closes) = (Hashes::of(plan), Closes::of(plan));
+    let counts = send(client, (&c, &hashes, &closes), plan, clock, (st, versions)).await?;
     assert_eq!(counts.hashes as usize, hashes.sequence.len());
+    assert_eq!(counts.closes as usize, closes.key.len());
     assert_eq!(counts.versions as usize, plan.versions.len());
     assert_eq!(counts.account_outbox as usize, plan.versions.len());
     assert_eq!(counts.postings as usize, c.p_seq.len());
@@ -365,9 +369,10 @@ type Statements = (
 /// A statement parameter.
 type P = dyn tokio_postgres::types::ToSql + Sync;
 
-/// The statements of the batch's new versions (`account_terms`, `account_outbox`) and of its
-/// postings' hashes.
+/// The statements of the batch's new versions (`account_terms`, `account_outbox`), of its
+/// postings' hashes and of its period closes.
 type VersionStatements = (
+    tokio_postgres::Statement,
     tokio_postgres::Statement,
     tokio_postgres::Statement,
     tokio_postgres::Statement,
@@ -376,6 +381,7 @@ type VersionStatements = (
 /// Rows each statement changed.
 struct Counts {
     hashes: u64,
+    closes: u64,
     versions: u64,
     account_outbox: u64,
     postings: u64,
@@ -493,7 +499,7 @@ impl Columns {
 /// reported here.
 async fn send(
     client: &deadpool_postgres::Client,
-    (c, h): (&Columns, &Hashes),
+    (c, h, cl): (&Columns, &Hashes, &Closes),
     plan: &Plan,
     clock: &Clock,
     (
@@ -508,7 +514,7 @@ async fn send(
             x_st,
             xd_st,
         ),
-        (versions_st, account_outbox_st, hashes_st),
+        (versions_st, account_outbox_st, hashes_st, closes_st),
     ): (Statements, VersionStatements),
 ) -> Result<Counts, StorageError> {
     let posts = c.p_seq.len();
@@ -521,18 +527,32 @@ async fn send(
     if let Some(v) = plan.versions.last() {
         last_recorded = last_recorded.max(v.version.recorded_at);
     }
-    let vs = plan.versions.len();
-    let state_rows = posts + vs;
+    if let Some(&at) = cl.recorded.last() {
+        last_recorded = last_recorded.max(at);
+    }
+    let (vs, closed_before) = (plan.versions.len(), cl.last());
+    let state_rows = posts + vs + cl.key.len();
     let versions_p = c.v.params();
     let account_outbox_p: [&P; 4] = [&ledger, &c.v.account, &c.v.version, &plan.base];
     let outbox_p: [&P; 3] = [&c.p_seq, &c.p_id, &plan.base];
-    let state_p: [&P; 6] = [
+    let state_p: [&P; 7] = [
         &last_sequence,
         &last_recorded,
         &ledger,
         &h.size,
         &h.head,
         &h.frontier,
+        &closed_before,
+    ];
+    let closes_p: [&P; 8] = [
+        &ledger,
+        &cl.before,
+        &cl.after,
+        &cl.recorded,
+        &cl.caller,
+        &cl.key,
+        &cl.memo,
+        &cl.key_id,
     ];
     let hashes_p: [&P; 4] = [&h.sequence, &h.hash, &h.nodes, &h.root];
     let (totals_p, postings_p, entries_p) = (c.totals_p(), c.postings_p(), c.entries_p());
@@ -551,11 +571,13 @@ async fn send(
         maybe(client, posts, &outbox_st, &outbox_p),
         maybe(client, vs, &account_outbox_st, &account_outbox_p),
         maybe(client, h.sequence.len(), &hashes_st, &hashes_p),
+        maybe(client, cl.key.len(), &closes_st, &closes_p),
         maybe(client, state_rows, &state_st, &state_p),
         client.batch_execute("COMMIT")
     )?;
     Ok(Counts {
         hashes: r.11,
+        closes: r.12,
         totals: r.0,
         versions: r.1,
         postings: r.2,
