@@ -4,6 +4,7 @@
 //! the events of account versions.
 
 mod accounts;
+mod digests;
 mod ledgers;
 
 use crate::support::nats::*;

@@ -225,10 +225,15 @@ async fn a_busy_ledger_delays_another_ledgers_event_by_one_batch_at_most() {
     assert_ledger_events(&events, &t, DEFAULT_LEDGER_ID, "default").await;
     let lone = assert_ledger_events(&events, &t, eu, EU).await;
     assert_eq!(lone.len(), 1);
+    // Posting events before it (the busy ledger's digests, a kind of their own, are left out
+    // by read_stream).
+    let behind = events
+        .iter()
+        .position(|e| e.stream_sequence == lone[0].stream_sequence)
+        .unwrap();
     assert!(
-        lone[0].stream_sequence <= PUBLISH_BATCH as u64 + 1,
-        "the lone event of {EU} waited behind {} events of the busy ledger (at most one batch, {PUBLISH_BATCH})",
-        lone[0].stream_sequence - 1
+        behind <= PUBLISH_BATCH,
+        "the lone event of {EU} waited behind {behind} posting events of the busy ledger (at most one batch, {PUBLISH_BATCH})"
     );
 }
 

@@ -457,6 +457,7 @@ mod tests {
                     metadata,
                     voids_posting_id: Some(uuid::Uuid::now_v7()),
                     voided_by_posting_id: Some(uuid::Uuid::now_v7()),
+                    hash: None,
                     void_reason: Some(reason),
                     hold: Some(HoldState {
                         expires_at: Some(t),

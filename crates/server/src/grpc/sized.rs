@@ -151,6 +151,7 @@ mod tests {
             metadata: Default::default(),
             voids_posting_id: None,
             voided_by_posting_id: None,
+            hash: None,
             void_reason: None,
             // The largest answer a Post can have: a hold, with its expiry, already closed.
             hold: Some(ledger_core::record::HoldState {

@@ -2,18 +2,21 @@
 //! outbox after that ledger's progress of that kind, and made ready to publish.
 
 use super::{
-    account_event_payload, account_msg_id, account_subject, event_payload, subject, PUBLISH_BATCH,
+    account_event_payload, account_msg_id, account_subject, digest_msg_id, digest_payload,
+    digest_subject, event_payload, subject, PUBLISH_BATCH,
 };
 use crate::storage::{outbox as store, read, Conn};
 use crate::BoxError;
 use ledger_core::ledger::{self, LedgerId};
 
-/// The two kinds of a ledger's events: each has its own outbox, progress, subject and halt,
-/// and its own order (a posting's sequence; an account event's id).
+/// The kinds of a ledger's events: each has its own outbox, progress, subject and halt, and
+/// its own order (a posting's sequence; an account event's id; a digest's size, the stored
+/// sequence of the batch's last posting).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(super) enum Kind {
     Postings,
     Accounts,
+    Digests,
 }
 
 impl Kind {
@@ -22,6 +25,7 @@ impl Kind {
         match self {
             Kind::Postings => subject(code),
             Kind::Accounts => account_subject(code),
+            Kind::Digests => digest_subject(code),
         }
     }
 
@@ -30,6 +34,7 @@ impl Kind {
         match self {
             Kind::Postings => "postings",
             Kind::Accounts => "accounts",
+            Kind::Digests => "digests",
         }
     }
 }
@@ -60,6 +65,7 @@ impl Batch {
         let batch = match kind {
             Kind::Postings => postings(client, progress, code).await?,
             Kind::Accounts => accounts(client, ledger, progress, code).await?,
+            Kind::Digests => digests(client, ledger, progress, code).await?,
         };
         Ok(Some(batch).filter(|b| !b.events.is_empty()))
     }
@@ -140,6 +146,33 @@ async fn accounts(
         batch.events.push((
             account_msg_id(code, account, version),
             account_event_payload(&ev.account, &ev.version, code),
+        ));
+    }
+    Ok(batch)
+}
+
+/// The digests of ledger `ledger` (code `code`) after the stored sequence `progress`: the
+/// roots written on each batch's last posting, in order.
+async fn digests(
+    client: &Conn,
+    ledger: LedgerId,
+    progress: i64,
+    code: &str,
+) -> Result<Batch, BoxError> {
+    let pending = store::pending_digests(client, ledger, progress, PUBLISH_BATCH as i64).await?;
+    let mut batch = Batch {
+        kind: Kind::Digests,
+        marks: Vec::with_capacity(pending.len()),
+        names: Vec::with_capacity(pending.len()),
+        events: Vec::with_capacity(pending.len()),
+    };
+    for d in &pending {
+        let size = ledger::in_ledger(d.sequence);
+        batch.marks.push(d.sequence);
+        batch.names.push(format!("digest of size {size}"));
+        batch.events.push((
+            digest_msg_id(code, size),
+            digest_payload(code, size, &d.root, d.recorded_at),
         ));
     }
     Ok(batch)

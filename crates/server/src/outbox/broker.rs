@@ -283,29 +283,44 @@ mod tests {
 
     #[test]
     fn an_earlier_versions_stream_subjects_give_way_to_every_ledgers_and_an_operators_stay() {
-        let both = ["ledger.postings.>", "ledger.accounts.>"];
-        assert_eq!(migrated_subjects(&v(&both)), None);
+        let all = ["ledger.postings.>", "ledger.accounts.>", "ledger.digests.>"];
+        assert_eq!(migrated_subjects(&v(&all)), None);
         assert_eq!(
-            migrated_subjects(&v(&["ledger.accounts.>", "ledger.postings.>"])),
+            migrated_subjects(&v(&[
+                "ledger.digests.>",
+                "ledger.accounts.>",
+                "ledger.postings.>"
+            ])),
             None
         );
-        assert_eq!(migrated_subjects(&v(&["ledger.>"])), Some(v(&both)));
-        assert_eq!(migrated_subjects(&v(&["ledger.postings"])), Some(v(&both)));
+        assert_eq!(migrated_subjects(&v(&["ledger.>"])), Some(v(&all)));
+        assert_eq!(migrated_subjects(&v(&["ledger.postings"])), Some(v(&all)));
         assert_eq!(
             migrated_subjects(&v(&["ledger.postings.>"])),
-            Some(v(&both)),
-            "the stream of the version before account events gets their subjects"
+            Some(v(&all)),
+            "the stream of the version before account events gets their subjects and digests'"
+        );
+        assert_eq!(
+            migrated_subjects(&v(&["ledger.postings.>", "ledger.accounts.>"])),
+            Some(v(&all)),
+            "the stream of the version before digests gets theirs"
         );
         assert_eq!(
             migrated_subjects(&v(&["audit.>", "ledger.postings"])),
-            Some(v(&["audit.>", "ledger.postings.>", "ledger.accounts.>"]))
+            Some(v(&[
+                "audit.>",
+                "ledger.postings.>",
+                "ledger.accounts.>",
+                "ledger.digests.>"
+            ]))
         );
         assert_eq!(
-            migrated_subjects(&v(&["audit.>", "ledger.postings.>"])),
-            Some(v(&["audit.>", "ledger.postings.>", "ledger.accounts.>"]))
-        );
-        assert_eq!(
-            migrated_subjects(&v(&["audit.>", "ledger.postings.>", "ledger.accounts.>"])),
+            migrated_subjects(&v(&[
+                "audit.>",
+                "ledger.postings.>",
+                "ledger.accounts.>",
+                "ledger.digests.>"
+            ])),
             None
         );
     }

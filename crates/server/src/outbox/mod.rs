@@ -98,8 +98,16 @@ pub const STREAM: &str = "LEDGER";
 pub const STREAM_SUBJECTS: &str = "ledger.postings.>";
 /// Subjects of every ledger's account events (one of [`ALL_STREAM_SUBJECTS`]).
 pub const ACCOUNT_STREAM_SUBJECTS: &str = "ledger.accounts.>";
-/// Subjects of the stream: every ledger's posting and account events.
-pub const ALL_STREAM_SUBJECTS: [&str; 2] = [STREAM_SUBJECTS, ACCOUNT_STREAM_SUBJECTS];
+/// The subjects of digests begin so: a ledger's are on [`digest_subject`]`(code)`.
+pub const DIGEST_SUBJECT_PREFIX: &str = "ledger.digests";
+/// Subjects of every ledger's digests (one of [`ALL_STREAM_SUBJECTS`]).
+pub const DIGEST_STREAM_SUBJECTS: &str = "ledger.digests.>";
+/// Subjects of the stream: every ledger's posting and account events and digests.
+pub const ALL_STREAM_SUBJECTS: [&str; 3] = [
+    STREAM_SUBJECTS,
+    ACCOUNT_STREAM_SUBJECTS,
+    DIGEST_STREAM_SUBJECTS,
+];
 /// Subjects an earlier version gave the stream (its events were all on `ledger.postings`):
 /// the publisher replaces them by [`ALL_STREAM_SUBJECTS`] in a stream that has them.
 pub const OLD_STREAM_SUBJECTS: [&str; 2] = ["ledger.>", "ledger.postings"];
@@ -113,6 +121,32 @@ pub fn subject(ledger_code: &str) -> String {
 /// The subject of ledger `ledger_code`'s account events: `ledger.accounts.<code>`.
 pub fn account_subject(ledger_code: &str) -> String {
     format!("{ACCOUNT_SUBJECT_PREFIX}.{ledger_code}")
+}
+
+/// The subject of ledger `ledger_code`'s digests: `ledger.digests.<code>`.
+pub fn digest_subject(ledger_code: &str) -> String {
+    format!("{DIGEST_SUBJECT_PREFIX}.{ledger_code}")
+}
+
+/// The `Nats-Msg-Id` of ledger `ledger_code`'s digest of size `size`: `digest:<ledger>:<size>`
+/// (unique: a ledger has one tree of each size).
+pub fn digest_msg_id(ledger_code: &str, size: i64) -> String {
+    format!("digest:{ledger_code}:{size}")
+}
+
+/// A digest's payload: the `Digest` message.
+pub fn digest_payload(
+    ledger_code: &str,
+    size: i64,
+    root: &[u8; 32],
+    recorded_at: time::OffsetDateTime,
+) -> Vec<u8> {
+    prost::Message::encode_to_vec(&pb::Digest {
+        ledger: ledger_code.to_owned(),
+        sequence: size as u64,
+        root: ledger_core::journal::to_hex(root),
+        recorded_at: Some(crate::grpc::convert::time_to_pb(recorded_at)),
+    })
 }
 
 /// The `Nats-Msg-Id` of the event of version `version` of account `account_code` of ledger
@@ -416,13 +450,15 @@ mod tests {
         assert_eq!(subject("default"), "ledger.postings.default");
         assert_eq!(subject("eu-books_2"), "ledger.postings.eu-books_2");
         assert_eq!(account_subject("eu-books_2"), "ledger.accounts.eu-books_2");
+        assert_eq!(digest_subject("eu-books_2"), "ledger.digests.eu-books_2");
         assert_eq!(
             ALL_STREAM_SUBJECTS,
             [
                 format!("{SUBJECT_PREFIX}.>"),
-                format!("{ACCOUNT_SUBJECT_PREFIX}.>")
+                format!("{ACCOUNT_SUBJECT_PREFIX}.>"),
+                format!("{DIGEST_SUBJECT_PREFIX}.>")
             ],
-            "the stream takes every ledger's subjects of both kinds"
+            "the stream takes every ledger's subjects of all three kinds"
         );
     }
 
@@ -515,6 +551,7 @@ mod tests {
             metadata: Default::default(),
             voids_posting_id: None,
             voided_by_posting_id: Some(uuid::Uuid::now_v7()),
+            hash: None,
             void_reason: None,
             hold: Some(HoldState {
                 expires_at: Some(t),

@@ -196,9 +196,13 @@ fn in_turn(mut ledgers: Vec<LedgerWaiting>, cursor: Option<LedgerId>) -> Vec<Led
 
 /// A ledger's kinds of events waiting, each with its progress.
 fn kinds(w: &LedgerWaiting) -> impl Iterator<Item = (Kind, i64)> {
-    [(Kind::Postings, w.postings), (Kind::Accounts, w.accounts)]
-        .into_iter()
-        .filter_map(|(kind, progress)| progress.map(|p| (kind, p)))
+    [
+        (Kind::Postings, w.postings),
+        (Kind::Accounts, w.accounts),
+        (Kind::Digests, w.digests),
+    ]
+    .into_iter()
+    .filter_map(|(kind, progress)| progress.map(|p| (kind, p)))
 }
 
 /// The active publisher's state.
@@ -378,6 +382,7 @@ impl<'a> Active<'a> {
         let recorded = match batch.kind {
             Kind::Postings => store::record_progress(client, last).await?,
             Kind::Accounts => store::record_account_progress(client, ledger, last).await?,
+            Kind::Digests => store::record_digest_progress(client, ledger, last).await?,
         };
         if !recorded {
             return Err(format!(
@@ -488,6 +493,7 @@ mod tests {
                 ledger,
                 postings: Some(ledger_core::ledger::stored(ledger, 0)),
                 accounts: None,
+                digests: None,
             })
             .collect()
     }
@@ -514,6 +520,7 @@ mod tests {
             ledger: 3,
             postings,
             accounts,
+            digests: None,
         };
         let got = |w: LedgerWaiting| kinds(&w).collect::<Vec<_>>();
         assert_eq!(

@@ -57,6 +57,9 @@ pub struct LedgerWaiting {
     pub postings: Option<i64>,
     /// Account events wait: the event id of its last one the broker acknowledged (0: none).
     pub accounts: Option<i64>,
+    /// Digests wait: the stored sequence (the tree's size) of its last one the broker
+    /// acknowledged (the ledger's first stored sequence less one: none).
+    pub digests: Option<i64>,
 }
 
 /// A ledger with events waiting, and its recorded progress.
@@ -155,9 +158,14 @@ pub async fn ledgers_waiting(
                       coalesce(ap.published_event_id, 0) AS published_event_id,
                       EXISTS (SELECT 1 FROM account_outbox e
                               WHERE e.ledger_id = p.ledger_id
-                                AND e.event_id > coalesce(ap.published_event_id, 0)) AS accounts
-               FROM outbox_progress p LEFT JOIN account_outbox_progress ap USING (ledger_id)) w
-             WHERE postings OR accounts
+                                AND e.event_id > coalesce(ap.published_event_id, 0)) AS accounts,
+                      coalesce(dp.published_sequence, p.ledger_id::bigint << $1) AS published_digest,
+                      EXISTS (SELECT 1 FROM posting_hashes h
+                              WHERE h.sequence > coalesce(dp.published_sequence, p.ledger_id::bigint << $1)
+                                AND h.sequence < ((p.ledger_id::bigint + 1) << $1) AND h.root IS NOT NULL) AS digests
+               FROM outbox_progress p LEFT JOIN account_outbox_progress ap USING (ledger_id)
+               LEFT JOIN digest_progress dp USING (ledger_id)) w
+             WHERE postings OR accounts OR digests
              ORDER BY ledger_id",
             &[&bits],
         )
@@ -168,8 +176,69 @@ pub async fn ledgers_waiting(
             ledger: r.get(0),
             postings: r.get::<_, bool>(2).then(|| r.get(1)),
             accounts: r.get::<_, bool>(4).then(|| r.get(3)),
+            digests: r.get::<_, bool>(6).then(|| r.get(5)),
         })
         .collect())
+}
+
+/// A digest waiting to be published: the stored sequence of the batch's last posting (the
+/// tree's size), the root there, and when that posting was recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingDigest {
+    pub sequence: i64,
+    pub root: [u8; 32],
+    pub recorded_at: time::OffsetDateTime,
+}
+
+/// The digests of ledger `ledger` after the stored sequence `after`, in order, at most `limit`.
+pub async fn pending_digests(
+    client: &impl GenericClient,
+    ledger: LedgerId,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<PendingDigest>, StorageError> {
+    let end = (i64::from(ledger) + 1) << SEQUENCE_BITS;
+    let rows = client
+        .query(
+            "SELECT h.sequence, h.root, p.recorded_at FROM posting_hashes h JOIN postings p USING (sequence)
+             WHERE h.sequence > $1 AND h.sequence < $2 AND h.root IS NOT NULL ORDER BY h.sequence LIMIT $3",
+            &[&after, &end, &limit],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| {
+            let sequence: i64 = r.get(0);
+            let root: Vec<u8> = r.get(1);
+            let root = <[u8; 32]>::try_from(root.as_slice()).map_err(|_| {
+                StorageError::corrupt_posting(sequence, "its digest's root is not 32 bytes")
+            })?;
+            Ok(PendingDigest {
+                sequence,
+                root,
+                recorded_at: r.get(2),
+            })
+        })
+        .collect()
+}
+
+/// Records that every digest of ledger `ledger` up to the stored sequence `sequence` is
+/// delivered; false (nothing changed) when its progress is already beyond (another publisher).
+pub async fn record_digest_progress(
+    client: &impl GenericClient,
+    ledger: LedgerId,
+    sequence: i64,
+) -> Result<bool, StorageError> {
+    let n = client
+        .execute(
+            "INSERT INTO digest_progress AS p (ledger_id, published_sequence, updated_at)
+             VALUES ($1, $2, clock_timestamp())
+             ON CONFLICT (ledger_id) DO UPDATE
+               SET published_sequence = excluded.published_sequence, updated_at = excluded.updated_at
+               WHERE p.published_sequence <= excluded.published_sequence",
+            &[&ledger, &sequence],
+        )
+        .await?;
+    Ok(n == 1)
 }
 
 /// The codes of these ledgers: (id, code).
