@@ -287,3 +287,110 @@ async fn the_upgrade_to_0012_indexes_the_open_holds_with_an_expiry_and_checks_cl
     );
     assert_checks_clean(&mut db).await;
 }
+
+/// Every posting's stored hash, in sequence order.
+async fn stored_hashes(db: &tokio_postgres::Client) -> Vec<(i64, Vec<u8>, Vec<u8>)> {
+    db.query(
+        "SELECT sequence, hash, nodes FROM posting_hashes ORDER BY sequence",
+        &[],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2)))
+    .collect()
+}
+
+#[tokio::test]
+async fn a_journal_recorded_before_hashing_is_hashed_by_migrate_in_chunks_and_a_stopped_run_resumes(
+) {
+    let mut t = TestLedger::start().await;
+    t.standard_accounts(3).await;
+    // More postings than one chunk of the hashing (HASH_CHUNK), in batches.
+    let n = ledger_server::storage::journal::HASH_CHUNK as usize * 2 + 345;
+    for b in 0..n.div_ceil(100) {
+        let posts = (0..100.min(n - b * 100))
+            .map(|i| {
+                transfer(
+                    &format!("p{b}-{i}"),
+                    "equity:world",
+                    &format!("acct:{}", i % 3),
+                    "0.01",
+                )
+            })
+            .collect();
+        t.client
+            .post_batch(crate::batch::batch(posts))
+            .await
+            .unwrap();
+    }
+    t.server.take().unwrap().shutdown().await.unwrap();
+    let db = t.db().await;
+    let written = stored_hashes(&db).await;
+    let state = "SELECT tree_size, tree_head, tree_frontier FROM ledger_state WHERE ledger_id = 0";
+    let head: (i64, Vec<u8>, Vec<u8>) = db
+        .query_one(state, &[])
+        .await
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .unwrap();
+    assert_eq!(written.len(), n, "the writer hashed every posting");
+
+    // As before 0016: nothing hashed. `migrate` hashes the whole journal, in order.
+    let forget = |from: i64| {
+        format!(
+            "ALTER TABLE posting_hashes DISABLE TRIGGER posting_hashes_append_only;
+             DELETE FROM posting_hashes WHERE sequence > {from};
+             ALTER TABLE posting_hashes ENABLE TRIGGER posting_hashes_append_only;"
+        )
+    };
+    db.batch_execute(&forget(0)).await.unwrap();
+    db.batch_execute(
+        "UPDATE ledger_state SET tree_size = 0, tree_head = '\\x0000000000000000000000000000000000000000000000000000000000000000', tree_frontier = ''",
+    )
+    .await
+    .unwrap();
+    ledger_server::storage::migrate(&t.database_url)
+        .await
+        .unwrap();
+    let hashed = stored_hashes(&db).await;
+    let pairs = |v: &[(i64, Vec<u8>, Vec<u8>)]| -> Vec<(i64, Vec<u8>, Vec<u8>)> { v.to_vec() };
+    assert_eq!(
+        pairs(&hashed),
+        pairs(&written),
+        "the same hashes and nodes as the writer's"
+    );
+    let again: (i64, Vec<u8>, Vec<u8>) = db
+        .query_one(state, &[])
+        .await
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .unwrap();
+    assert_eq!(again, head, "the same chain");
+
+    // A run stopped after its first chunk: the next one goes on from where it stopped.
+    let chunk = ledger_server::storage::journal::HASH_CHUNK;
+    db.batch_execute(&forget(chunk)).await.unwrap();
+    let nodes: std::collections::HashMap<u64, Vec<u8>> = stored_hashes(&db)
+        .await
+        .into_iter()
+        .map(|(s, _, n)| (s as u64 - 1, n))
+        .collect();
+    let frontier = ledger_core::journal::Frontier::from_nodes(chunk as u64, &|id| {
+        let bytes = nodes.get(&id.last_leaf())?;
+        bytes
+            .get(id.level as usize * 32..id.level as usize * 32 + 32)?
+            .try_into()
+            .ok()
+    })
+    .unwrap();
+    let at_chunk = &written[chunk as usize - 1];
+    db.execute(
+        "UPDATE ledger_state SET tree_size = $1, tree_head = $2, tree_frontier = $3 WHERE ledger_id = 0",
+        &[&chunk, &at_chunk.1, &frontier.to_bytes()],
+    )
+    .await
+    .unwrap();
+    ledger_server::storage::migrate(&t.database_url)
+        .await
+        .unwrap();
+    assert_eq!(pairs(&stored_hashes(&db).await), pairs(&written));
+}
