@@ -35,6 +35,13 @@ async fn update_delete_and_truncate_on_journal_tables_fail() {
         "TRUNCATE accounts CASCADE",
         "DELETE FROM rejections",
         "TRUNCATE rejections",
+        "UPDATE posting_hashes SET hash = sha256('x')",
+        "DELETE FROM posting_hashes",
+        "TRUNCATE posting_hashes",
+        "UPDATE period_closes SET effective_before = now()",
+        "DELETE FROM period_closes",
+        "DELETE FROM period_close_balances",
+        "UPDATE period_close_trial_balances SET accounts = 0",
     ];
     for sql in attacks {
         let err = db.batch_execute(sql).await.expect_err(sql);
@@ -47,6 +54,7 @@ async fn update_delete_and_truncate_on_journal_tables_fail() {
     assert_eq!(t.count("postings").await, 2);
     assert_eq!(t.count("entries").await, 2);
     assert_eq!(t.count("hold_legs").await, 2);
+    assert_eq!(t.count("posting_hashes").await, 2);
     assert_eq!(t.balance("acct:0", None).await.available, "0.50");
 }
 

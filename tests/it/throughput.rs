@@ -122,12 +122,13 @@ async fn two_batches_claiming_the_same_keys_in_opposite_orders_post_each_key_onc
 }
 
 /// The tables a batch writes to, which grow with every request.
-const JOURNAL_TABLES: [&str; 5] = [
+const JOURNAL_TABLES: [&str; 6] = [
     "idempotency_keys",
     "postings",
     "entries",
     "rejections",
     "outbox",
+    "posting_hashes",
 ];
 
 /// Rows in each journal table, in the order of [`JOURNAL_TABLES`].
@@ -236,8 +237,8 @@ async fn the_writer_does_not_scan_tables_that_grew_after_its_statements_were_pre
         warm.push(out[0].as_ref().unwrap().posting().unwrap().posting_id);
     }
     // The tables grow behind its back (no ANALYZE, as between autovacuum runs): 50,000 keys,
-    // postings and legs of another caller (numbered far beyond the ledger's own), and 2,000
-    // accounts.
+    // postings, legs and posting hashes of another caller (numbered far beyond the ledger's
+    // own), and 100,000 accounts.
     t.db()
         .await
         .batch_execute(
@@ -253,6 +254,9 @@ async fn the_writer_does_not_scan_tables_that_grew_after_its_statements_were_pre
                                   debits_after, credits_after, recorded_at, effective_at)
                SELECT sequence, 0, (SELECT max(account_id) FROM accounts), 'D', 1,
                       1000000000 + sequence, 0, 0, recorded_at, effective_at
+               FROM postings WHERE caller = 'other';
+             INSERT INTO posting_hashes (sequence, hash, nodes)
+               SELECT sequence, sha256(sequence::text::bytea), sha256(sequence::text::bytea)
                FROM postings WHERE caller = 'other';
              WITH a AS (
                INSERT INTO accounts (ledger_id, code, currency, scale, normal_balance, allow_negative, metadata)

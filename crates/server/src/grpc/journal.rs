@@ -5,8 +5,8 @@
 use super::convert::{opt_time, time_to_pb, total_to_pb};
 use super::handlers::{caller, grants, reply, LedgerGrpc, Reply};
 use super::pb;
+use crate::service::journal::Digest;
 use crate::service::{self, closes::TrialBalance};
-use crate::storage::journal::Digest;
 use ledger_core::journal::to_hex;
 use ledger_core::ledger;
 use ledger_core::period::{PeriodClose, ValidClose};

@@ -3,7 +3,8 @@
 //! made of O(log n) stored nodes read in one query.
 
 use super::Ledger;
-use crate::storage::{self, journal::Digest, StorageError};
+pub use crate::storage::journal::Digest;
+use crate::storage::{self, StorageError};
 use ledger_core::journal::{self, Hash};
 use ledger_core::ledger::{self, Ledger as Book};
 use ledger_core::posting::parse_posting_id;

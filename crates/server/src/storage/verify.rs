@@ -1,8 +1,8 @@
 //! `ledger verify`: every ledger's posting hashes, tree nodes, digests and chain recomputed
 //! from the journal alone and compared with what is stored (docs/verifiable.md). The journal
-//! is read in pages of [`PAGE`] sequences in one REPEATABLE READ, READ ONLY transaction per
-//! ledger, so memory stays bounded and a running writer does not disturb the comparison. The
-//! comparisons are the pure [`Walk`]; the rest reads.
+//! is read in pages of [`VERIFY_PAGE`] sequences in one REPEATABLE READ, READ ONLY
+//! transaction per ledger, so memory stays bounded and a running writer does not disturb the
+//! comparison. The comparisons are the pure [`Walk`]; the rest reads.
 
 use super::{read, Conn, StorageError};
 use deadpool_postgres::GenericClient;
@@ -14,7 +14,7 @@ use std::fmt;
 
 /// Sequences read per page (limit VERIFY_PAGE): a page's postings and hash rows are what
 /// `ledger verify` holds at once.
-pub const PAGE: u64 = 1_000;
+pub const VERIFY_PAGE: u64 = 1_000;
 
 /// A digest the verifier holds from elsewhere: the root of the tree of `size` postings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,8 +103,8 @@ impl fmt::Display for Mismatch {
             ),
             Broken::Root { stored, recomputed } => write!(
                 f,
-                "its stored digest root {} is not the recomputed root of the tree of {n} \
-                 postings, {}",
+                "its stored digest root {} is not the recomputed root of the tree of size {n}, \
+                 {}",
                 hex(stored),
                 to_hex(recomputed)
             ),
@@ -281,7 +281,7 @@ impl Walk {
         let frontier = self.frontier.to_bytes();
         if tree_frontier != frontier {
             let e = format!(
-                "tree_frontier {} is not the recomputed frontier of {size} postings, {}",
+                "tree_frontier {} is not the recomputed frontier of the tree of size {size}, {}",
                 hex(tree_frontier),
                 hex(&frontier)
             );
@@ -380,7 +380,7 @@ pub async fn verify_ledger(
         .clamp(0, ledger::MAX_SEQUENCE_IN_LEDGER) as u64;
     while walk.goes_on() && walk.next() <= tree_size {
         let lo = walk.next();
-        let hi = tree_size.min(lo + PAGE - 1);
+        let hi = tree_size.min(lo + VERIFY_PAGE - 1);
         page(&tx, id, (lo, hi), &mut walk).await?;
     }
     let beyond = hashed_beyond(&tx, id, tree_size).await?;

@@ -1,7 +1,11 @@
 //! What the batch writes of its period closes (`period_closes`, migration 0017).
 
+use ledger_core::ledger::LedgerId;
 use ledger_core::write::Plan;
 use time::OffsetDateTime;
+
+/// A statement parameter.
+type P = dyn tokio_postgres::types::ToSql + Sync;
 
 /// The batch's closes, in the order decided.
 pub(super) const CLOSES_SQL: &str = "INSERT INTO period_closes (ledger_id, effective_before, after_sequence, recorded_at,
@@ -34,6 +38,20 @@ impl Closes {
             c.key_id.push(p.key_id);
         }
         c
+    }
+
+    /// [`CLOSES_SQL`]'s parameters for the batch's ledger.
+    pub fn params<'a>(&'a self, ledger: &'a LedgerId) -> [&'a P; 8] {
+        [
+            ledger,
+            &self.before,
+            &self.after,
+            &self.recorded,
+            &self.caller,
+            &self.key,
+            &self.memo,
+            &self.key_id,
+        ]
     }
 
     /// The ledger's close after the batch (`None`: it decided none).

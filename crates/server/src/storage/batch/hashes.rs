@@ -23,7 +23,15 @@ pub(super) struct Hashes {
     pub frontier: Option<Vec<u8>>,
 }
 
+/// A statement parameter.
+type P = dyn tokio_postgres::types::ToSql + Sync;
+
 impl Hashes {
+    /// [`HASHES_SQL`]'s parameters.
+    pub fn params(&self) -> [&P; 4] {
+        [&self.sequence, &self.hash, &self.nodes, &self.root]
+    }
+
     pub fn of(plan: &Plan) -> Hashes {
         let mut h = Hashes::default();
         let Some(chain) = &plan.chain else {

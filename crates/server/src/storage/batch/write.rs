@@ -392,6 +392,32 @@ struct Counts {
     expiring: u64,
 }
 
+/// [`STATE_UPDATE_SQL`]'s parameters: the ledger's (last sequence, recorded time, id, close)
+/// and its chain.
+fn state_params<'a>(
+    s: &'a (i64, OffsetDateTime, LedgerId, Option<OffsetDateTime>),
+    h: &'a Hashes,
+) -> [&'a P; 7] {
+    [&s.0, &s.1, &s.2, &h.size, &h.head, &h.frontier, &s.3]
+}
+
+/// The ledger's last sequence and recorded time after the plan. A version or a close takes no
+/// sequence, but moves the recorded clock like a posting (a reader fenced at a time before it
+/// never sees it appear later).
+fn clock_after(plan: &Plan, clock: &Clock, closes: &Closes) -> (i64, OffsetDateTime) {
+    let (last_sequence, last_recorded) = plan.last().unwrap_or((clock.last_sequence, plan.base));
+    let later = plan
+        .versions
+        .last()
+        .map(|v| v.version.recorded_at)
+        .into_iter()
+        .chain(closes.recorded.last().copied());
+    (
+        last_sequence,
+        later.fold(last_recorded, OffsetDateTime::max),
+    )
+}
+
 /// Runs `st` with `c`, or nothing when there are no rows for it.
 async fn maybe(
     client: &deadpool_postgres::Client,
@@ -520,41 +546,15 @@ async fn send(
     let posts = c.p_seq.len();
     // The batch's ledger: the one whose state row its clock was read from.
     let ledger = ledger::of_sequence(clock.last_sequence);
-    // A version takes no sequence, but moves the recorded clock like a posting (a reader
-    // fenced at a time before it never sees it appear later).
-    let (last_sequence, mut last_recorded) =
-        plan.last().unwrap_or((clock.last_sequence, plan.base));
-    if let Some(v) = plan.versions.last() {
-        last_recorded = last_recorded.max(v.version.recorded_at);
-    }
-    if let Some(&at) = cl.recorded.last() {
-        last_recorded = last_recorded.max(at);
-    }
+    let (last_sequence, last_recorded) = clock_after(plan, clock, cl);
     let (vs, closed_before) = (plan.versions.len(), cl.last());
     let state_rows = posts + vs + cl.key.len();
     let versions_p = c.v.params();
     let account_outbox_p: [&P; 4] = [&ledger, &c.v.account, &c.v.version, &plan.base];
     let outbox_p: [&P; 3] = [&c.p_seq, &c.p_id, &plan.base];
-    let state_p: [&P; 7] = [
-        &last_sequence,
-        &last_recorded,
-        &ledger,
-        &h.size,
-        &h.head,
-        &h.frontier,
-        &closed_before,
-    ];
-    let closes_p: [&P; 8] = [
-        &ledger,
-        &cl.before,
-        &cl.after,
-        &cl.recorded,
-        &cl.caller,
-        &cl.key,
-        &cl.memo,
-        &cl.key_id,
-    ];
-    let hashes_p: [&P; 4] = [&h.sequence, &h.hash, &h.nodes, &h.root];
+    let state = (last_sequence, last_recorded, ledger, closed_before);
+    let state_p = state_params(&state, h);
+    let (closes_p, hashes_p) = (cl.params(&ledger), h.params());
     let (totals_p, postings_p, entries_p) = (c.totals_p(), c.postings_p(), c.entries_p());
     let (hold_legs_p, rejections_p) = (c.hold_legs_p(), c.rejections_p(&ledger));
     let (expiring_p, unexpiring_p) = (c.expiring_p(), c.unexpiring_p());
@@ -575,16 +575,18 @@ async fn send(
         maybe(client, state_rows, &state_st, &state_p),
         client.batch_execute("COMMIT")
     )?;
+    let (totals, versions, postings, entries, hold_legs) = (r.0, r.1, r.2, r.5, r.6);
+    let (expiring, outbox, account_outbox, hashes, closes) = (r.7, r.9, r.10, r.11, r.12);
     Ok(Counts {
-        hashes: r.11,
-        closes: r.12,
-        totals: r.0,
-        versions: r.1,
-        postings: r.2,
-        entries: r.5,
-        hold_legs: r.6,
-        expiring: r.7,
-        outbox: r.9,
-        account_outbox: r.10,
+        hashes,
+        closes,
+        totals,
+        versions,
+        postings,
+        entries,
+        hold_legs,
+        expiring,
+        outbox,
+        account_outbox,
     })
 }
