@@ -8,11 +8,12 @@
 //! amount they leave available; the trial balance's totals add up the held amounts too.
 
 use ledger_client::{
-    AsOf, Balance, Client, ClientOptions, CurrencyTotal, Direction, Entry, RetryPolicy,
-    TrialBalance,
+    pb, Applied, AsOf, Balance, Client, ClientOptions, CurrencyTotal, Direction, Entry,
+    RetryPolicy, TrialBalance,
 };
 use std::fmt::Write as _;
 use std::process::ExitCode;
+use std::time::SystemTime;
 use time::OffsetDateTime;
 
 // Pages: `ledger-client` asks for PAGE_SIZE (the server's largest) items per page.
@@ -72,6 +73,7 @@ pub enum Format {
 }
 
 use crate::tools::show_system_time as show_ts;
+use crate::tools::show_ts as show_proto_ts;
 
 /// A failure a person can act on.
 #[derive(Debug)]
@@ -130,8 +132,49 @@ pub async fn trial_balance(common: &Common, prefix: &str) -> Result<String, Repo
         .map_err(rpc_error)?;
     Ok(match common.format {
         Format::Csv => trial_balance_csv(&trial),
-        Format::Table => trial_balance_table(&trial, prefix, &common.ledger.code()),
+        Format::Table => {
+            let table = trial_balance_table(&trial, prefix, &common.ledger.code());
+            match trial.balances.first() {
+                Some(b) => with_close(&client, &b.as_of, table).await?,
+                None => table,
+            }
+        }
     })
+}
+
+/// A table report with, under its heading line, the period close its cut-off falls in, if any.
+async fn with_close(client: &Client, at: &Applied, table: String) -> Result<String, ReportError> {
+    let closes = client.period_closes().await.map_err(rpc_error)?;
+    Ok(match closed_mark(&closes, at) {
+        Some(mark) => match table.split_once('\n') {
+            Some((heading, rest)) => format!("{heading}\n{mark}\n{rest}"),
+            None => format!("{table}\n{mark}\n"),
+        },
+        None => table,
+    })
+}
+
+/// The close a cut-off's figures fall in: the last close recorded by the cut-off's recorded
+/// time whose period (effective before) holds its effective time. Such figures never change.
+fn closed_mark(closes: &[pb::PeriodClose], at: &Applied) -> Option<String> {
+    let time = |t: &Option<prost_types::Timestamp>| {
+        t.as_ref()
+            .and_then(|t| SystemTime::try_from(t.clone()).ok())
+    };
+    let c = closes.iter().rev().find(|c| {
+        let (before, recorded) = (time(&c.effective_before), time(&c.recorded_at));
+        before.is_some_and(|b| at.effective_at < b) && recorded.is_some_and(|r| r <= at.recorded_at)
+    })?;
+    let digest = c.digest.as_ref().map_or(String::new(), |d| {
+        format!(", digest {}:{}", d.sequence, d.root)
+    });
+    Some(format!(
+        "CLOSED PERIOD: effective before {}, closed at {} by {} (key {}{digest}); these figures are final",
+        show_proto_ts(&c.effective_before),
+        show_proto_ts(&c.recorded_at),
+        c.caller,
+        c.idempotency_key,
+    ))
 }
 
 /// A balance's held debits, held credits and available amount: the columns that follow its
@@ -275,7 +318,12 @@ pub async fn statement(common: &Common, account: &str) -> Result<String, ReportE
                 balance.currency,
                 in_ledger(&common.ledger.code())
             );
-            statement_table(&of, &balance, &entries)
+            with_close(
+                &client,
+                &balance.as_of,
+                statement_table(&of, &balance, &entries),
+            )
+            .await?
         }
     })
 }

@@ -217,3 +217,59 @@ async fn a_closes_trial_balance_is_what_list_balances_answers_at_its_cut_off_wit
         .into_inner();
     assert_eq!(proof.from_root, digest.root);
 }
+
+#[tokio::test]
+async fn ledger_report_marks_figures_of_a_closed_period_as_final_and_leaves_the_open_ones_unmarked()
+{
+    let t = TestLedger::start().await;
+    let mut c = t.new_client().await;
+    world_and_one_account(&mut c).await;
+    let now = OffsetDateTime::now_utc();
+    c.post(dated("a", "10.00", now - Duration::days(9)))
+        .await
+        .unwrap();
+    close(&mut c, "close", now - Duration::days(5))
+        .await
+        .unwrap();
+    let server = format!("http://{}", t.server.as_ref().unwrap().local_addr);
+    let rfc = |t: OffsetDateTime| {
+        t.format(&time::format_description::well_known::Rfc3339)
+            .unwrap()
+    };
+    let report = |effective: String| {
+        let server = server.clone();
+        async move {
+            let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_ledger"))
+                .args([
+                    "report",
+                    "trial-balance",
+                    "--server",
+                    &server,
+                    "--effective",
+                    &effective,
+                ])
+                .env_remove("LEDGER_SERVER")
+                .output()
+                .await
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout).unwrap()
+        }
+    };
+    let closed = report(rfc(now - Duration::days(6))).await;
+    let line = closed.lines().nth(1).unwrap();
+    assert!(
+        line.starts_with("CLOSED PERIOD: effective before"),
+        "{closed}"
+    );
+    assert!(
+        line.contains("key close") && line.contains("these figures are final"),
+        "{closed}"
+    );
+    let open = report(rfc(now - Duration::days(1))).await;
+    assert!(!open.contains("CLOSED PERIOD"), "{open}");
+}

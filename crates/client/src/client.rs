@@ -5,6 +5,7 @@
 //! `ledgers.rs`: the calls about ledgers themselves (create, get, list).
 
 mod accounts;
+mod journal;
 mod ledgers;
 
 use crate::amount::to_wire;
