@@ -304,6 +304,9 @@ pub struct Posting {
     /// On a release (a void of a hold, or the ledger's release of an expired hold): the hold
     /// it closes.
     pub releases_hold_posting_id: Option<String>,
+    /// Its hash in its ledger's chain (64 hex digits, docs/verifiable.md); `None` for a posting
+    /// not hashed yet.
+    pub hash: Option<String>,
 }
 
 /// What a posting is: how its legs act on the accounts.
@@ -412,6 +415,7 @@ impl Posting {
             voided_by_posting_id: id(p.voided_by_posting_id),
             void_reason: id(p.void_reason),
             caller: p.caller,
+            hash: id(p.hash),
         })
     }
 }
