@@ -41,11 +41,11 @@ pub(super) struct MigrateDbArgs {
     pg_bin: Option<PathBuf>,
 }
 
-/// `check`'s database.
+/// `check`'s and `verify`'s database.
 #[derive(clap::Args, Debug, Clone)]
 pub(super) struct CheckDbArgs {
-    /// PostgreSQL URL of the ledger's database; any login that may read the journal (`check`
-    /// only reads, in one snapshot). Without it (or empty): the embedded PostgreSQL of
+    /// PostgreSQL URL of the ledger's database; any login that may read the journal (the
+    /// command only reads, in one snapshot per ledger at most). Without it (or empty): the embedded PostgreSQL of
     /// --data-dir, the running server's if one holds the directory (left running), else started
     /// for this command and stopped.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]

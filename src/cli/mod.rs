@@ -4,12 +4,15 @@
 //! several commands share (the database, the outbox publisher, serve's access); `database.rs`
 //! the database a command uses (a URL, or the embedded PostgreSQL); `serve.rs` `ledger serve`;
 //! `operator.rs` `relay`, `token`, `migrate` and `check`; `tuning.rs` serve's knobs.
+//! `verify.rs` `ledger verify` and `verify_proof.rs` `ledger verify-proof` (docs/verifiable.md).
 
 mod args;
 mod database;
 mod operator;
 mod serve;
 mod tuning;
+mod verify;
+mod verify_proof;
 
 use args::{set, CheckDbArgs, DbArgs, MigrateDbArgs, OpsArgs, OutboxArgs};
 use clap::{Parser, Subcommand};
@@ -86,6 +89,13 @@ enum Command {
         #[arg(long)]
         ledger: Option<String>,
     },
+    /// Recompute every posting's hash, the Merkle tree and the chain from the journal alone
+    /// and compare them with the stored ones and with digests you hold: exit 0 when all
+    /// match, 1 on a mismatch, 2 when it could not run.
+    Verify(verify::VerifyArgs),
+    /// Check an inclusion or a consistency proof (grpcurl's JSON) offline against a digest
+    /// you hold: exit 0 verified, 1 not verified, 2 bad input.
+    VerifyProof(verify_proof::VerifyProofArgs),
     /// Reports for people and spreadsheets: a trial balance, a statement, at one cut-off.
     Report(crate::tools::report::ReportArgs),
     /// Benchmark of as-of reads (GetBalance per kind of cut-off on an account with 1,000,000
@@ -151,6 +161,10 @@ const HELP_GROUPS: &[(&str, &[&str])] = &[
     (
         "Server and operations",
         &["serve", "relay", "migrate", "check", "token"],
+    ),
+    (
+        "Verifying the journal (docs/verifiable.md)",
+        &["verify", "verify-proof"],
     ),
     (
         "Benchmarks (docs/performance.md)",
@@ -262,6 +276,8 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Check { db, ledger } => Ok(check_command(db.into(), ledger).await),
+        Command::Verify(args) => Ok(verify::verify_command(args).await),
+        Command::VerifyProof(args) => Ok(verify_proof::verify_proof_command(args)),
         Command::Report(args) => Ok(crate::tools::report::run(args).await?),
         Command::BenchAsOf(args) => crate::tools::bench_asof::run(args).await,
         Command::BenchDecide(args) => crate::tools::bench_decide::run(&args),

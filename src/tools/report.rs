@@ -159,7 +159,7 @@ async fn with_close(client: &Client, at: &Applied, table: String) -> Result<Stri
 fn closed_mark(closes: &[pb::PeriodClose], at: &Applied) -> Option<String> {
     let time = |t: &Option<prost_types::Timestamp>| {
         t.as_ref()
-            .and_then(|t| SystemTime::try_from(t.clone()).ok())
+            .and_then(|t| SystemTime::try_from(*t).ok())
     };
     let c = closes.iter().rev().find(|c| {
         let (before, recorded) = (time(&c.effective_before), time(&c.recorded_at));

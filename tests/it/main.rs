@@ -41,4 +41,5 @@ mod transport;
 mod upgrade;
 mod upgrade_ledgers;
 mod validation;
+mod verify;
 mod void;

@@ -163,13 +163,16 @@ pub struct Walk {
     first: Option<Mismatch>,
     /// Held digests: the recomputed root once reached.
     digests: Vec<(HeldDigest, Option<Hash>)>,
+    /// The chain's size: how far the walk goes.
+    tree_size: u64,
     /// Set when the journal itself breaks (a gap, an unreadable row): nothing after it can
     /// be recomputed.
     broken_at: Option<u64>,
 }
 
 impl Walk {
-    pub fn new(ledger: &str, digests: &[HeldDigest]) -> Walk {
+    /// The walk of ledger `ledger` up to `tree_size` postings, with the held `digests`.
+    pub fn new(ledger: &str, digests: &[HeldDigest], tree_size: u64) -> Walk {
         let mut w = Walk {
             ledger: ledger.to_owned(),
             head: GENESIS,
@@ -178,6 +181,7 @@ impl Walk {
             first: None,
             digests: digests.iter().map(|d| (*d, None)).collect(),
             broken_at: None,
+            tree_size,
         };
         w.reach_digests();
         w
@@ -188,11 +192,14 @@ impl Walk {
         self.frontier.size() + 1
     }
 
-    /// Whether reading on is of use: the journal still reads, and nothing failed yet or a
-    /// held digest is still ahead (its root is recomputed from the journal alone).
+    /// Whether reading on is of use: the journal still reads, the chain's size is not
+    /// reached, and nothing failed yet or a held digest within it is still ahead (its root is
+    /// recomputed from the journal alone).
     pub fn goes_on(&self) -> bool {
+        let ahead = |(d, r): &(HeldDigest, Option<Hash>)| r.is_none() && d.size <= self.tree_size;
         self.broken_at.is_none()
-            && (self.first.is_none() || self.digests.iter().any(|(_, r)| r.is_none()))
+            && self.next() <= self.tree_size
+            && (self.first.is_none() || self.digests.iter().any(ahead))
     }
 
     fn fail(&mut self, sequence: u64, broken: Broken) {
@@ -292,9 +299,9 @@ impl Walk {
         }
     }
 
-    /// The outcome, with the chain's size `tree_size` and the journal's `last_sequence`.
-    pub fn finish(self, tree_size: u64, last_sequence: u64) -> Verified {
-        let broken_at = self.broken_at;
+    /// The outcome, with the journal's `last_sequence`.
+    pub fn finish(self, last_sequence: u64) -> Verified {
+        let (broken_at, tree_size) = (self.broken_at, self.tree_size);
         let digests = self
             .digests
             .iter()
@@ -369,16 +376,17 @@ pub async fn verify_ledger(
             &[&id],
         )
         .await?;
-    let mut walk = Walk::new(code, digests);
     let Some(state) = state else {
+        let mut walk = Walk::new(code, digests, 0);
         walk.no_state();
-        return Ok(walk.finish(0, 0));
+        return Ok(walk.finish(0));
     };
     let last = ledger::in_ledger(state.get(0)) as u64;
     let tree_size = state
         .get::<_, i64>(1)
         .clamp(0, ledger::MAX_SEQUENCE_IN_LEDGER) as u64;
-    while walk.goes_on() && walk.next() <= tree_size {
+    let mut walk = Walk::new(code, digests, tree_size);
+    while walk.goes_on() {
         let lo = walk.next();
         let hi = tree_size.min(lo + VERIFY_PAGE - 1);
         page(&tx, id, (lo, hi), &mut walk).await?;
@@ -387,7 +395,7 @@ pub async fn verify_ledger(
     let (head, frontier): (Vec<u8>, Vec<u8>) = (state.get(2), state.get(3));
     walk.state(&head, &frontier, beyond);
     tx.commit().await?;
-    Ok(walk.finish(tree_size, last))
+    Ok(walk.finish(last))
 }
 
 /// Walks the sequences `lo..=hi` of ledger `id`: its postings and their stored rows.
