@@ -276,3 +276,36 @@ async fn a_batch_with_a_void_of_a_corrupt_posting_refuses_that_void_and_commits_
         .get(0);
     assert_eq!(bound, 0, "the refused void's key is not claimed");
 }
+
+#[tokio::test]
+async fn a_posting_whose_time_was_rewritten_to_infinity_is_answered_journal_corrupt_not_a_crash() {
+    let mut t = TestLedger::start().await;
+    t.standard_accounts(1).await;
+    let p = t
+        .post(transfer("p", "equity:world", "acct:0", "1.00"))
+        .await
+        .unwrap()
+        .posting
+        .unwrap();
+    t.db()
+        .await
+        .batch_execute(
+            "ALTER TABLE postings DISABLE TRIGGER USER;
+             UPDATE postings SET effective_at = 'infinity';
+             ALTER TABLE postings ENABLE TRIGGER USER;",
+        )
+        .await
+        .unwrap();
+    let got = t
+        .client
+        .get_posting(pb::GetPostingRequest {
+            ledger: String::new(),
+            by: Some(pb::get_posting_request::By::PostingId(p.posting_id)),
+            as_of: None,
+        })
+        .await
+        .unwrap_err();
+    assert_journal_corrupt(&got, p.sequence as i64);
+    // The server goes on serving.
+    t.post(transfer("q", "equity:world", "acct:0", "1.00")).await.unwrap();
+}

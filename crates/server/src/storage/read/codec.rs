@@ -35,8 +35,8 @@ pub(super) fn posting_head(h: &tokio_postgres::Row) -> Result<Posting, StorageEr
         caller: h.get("caller"),
         idempotency_key: h.get("idempotency_key"),
         legs: Vec::new(),
-        effective_at: h.get("effective_at"),
-        recorded_at: h.get("recorded_at"),
+        effective_at: time(h, "effective_at", sequence)?,
+        recorded_at: time(h, "recorded_at", sequence)?,
         memo: h.get("memo"),
         metadata,
         voids_posting_id: h.get("voids_posting_id"),
@@ -46,6 +46,13 @@ pub(super) fn posting_head(h: &tokio_postgres::Row) -> Result<Posting, StorageEr
         closes: closes(h, sequence)?,
         hash: stored_hash(h.get("hash")).map_err(|e| StorageError::corrupt_posting(sequence, e))?,
     })
+}
+
+/// A time of posting `sequence`'s row; one the ledger's times cannot be (`infinity`, beyond
+/// year 9999) makes the row corrupt rather than failing the read's task.
+fn time(h: &tokio_postgres::Row, column: &str, sequence: i64) -> Result<time::OffsetDateTime, StorageError> {
+    h.try_get(column)
+        .map_err(|e| StorageError::corrupt_posting(sequence, format!("{column}: {e}")))
 }
 
 /// A posting's stored hash: 32 bytes, or none (not hashed yet).
@@ -78,8 +85,11 @@ pub(super) fn hold_state(
     }
     let how = close_kind(h.get("closed_how"), sequence)?;
     let closed_by = h.get::<_, Option<Uuid>>("closed_by").zip(how);
+    let expires_at = h
+        .try_get("hold_expires_at")
+        .map_err(|e| StorageError::corrupt_posting(sequence, format!("hold_expires_at: {e}")))?;
     Ok(Some(HoldState {
-        expires_at: h.get("hold_expires_at"),
+        expires_at,
         closed_by,
         lapsed: h.get::<_, Option<bool>>("lapsed").unwrap_or(false),
     }))
