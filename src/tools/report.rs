@@ -157,10 +157,8 @@ async fn with_close(client: &Client, at: &Applied, table: String) -> Result<Stri
 /// The close a cut-off's figures fall in: the last close recorded by the cut-off's recorded
 /// time whose period (effective before) holds its effective time. Such figures never change.
 fn closed_mark(closes: &[pb::PeriodClose], at: &Applied) -> Option<String> {
-    let time = |t: &Option<prost_types::Timestamp>| {
-        t.as_ref()
-            .and_then(|t| SystemTime::try_from(*t).ok())
-    };
+    let time =
+        |t: &Option<prost_types::Timestamp>| t.as_ref().and_then(|t| SystemTime::try_from(*t).ok());
     let c = closes.iter().rev().find(|c| {
         let (before, recorded) = (time(&c.effective_before), time(&c.recorded_at));
         before.is_some_and(|b| at.effective_at < b) && recorded.is_some_and(|r| r <= at.recorded_at)

@@ -37,7 +37,8 @@ pub fn as_post_answer(r: pb::PostBatchResult) -> Result<pb::PostResponse, tonic:
 
 /// Answers from two ledgers made comparable: posting ids become their order of first
 /// appearance (in answers and in error messages and metadata), and the ledger's clock is
-/// dropped (`recorded_at`, and `effective_at` when it defaulted to it).
+/// dropped (`recorded_at`, and `effective_at` when it defaulted to it), and with it the
+/// posting's hash (which covers them).
 struct Normalized {
     ids: HashMap<String, String>,
 }
@@ -72,6 +73,8 @@ impl Normalized {
                     p.effective_at = None;
                 }
                 p.recorded_at = None;
+                assert_eq!(p.hash.len(), 64, "every posting is hashed");
+                p.hash.clear();
                 format!("{r:?}")
             }
             Err(s) => {

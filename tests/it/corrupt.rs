@@ -307,5 +307,7 @@ async fn a_posting_whose_time_was_rewritten_to_infinity_is_answered_journal_corr
         .unwrap_err();
     assert_journal_corrupt(&got, p.sequence as i64);
     // The server goes on serving.
-    t.post(transfer("q", "equity:world", "acct:0", "1.00")).await.unwrap();
+    t.post(transfer("q", "equity:world", "acct:0", "1.00"))
+        .await
+        .unwrap();
 }

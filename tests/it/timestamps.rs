@@ -96,6 +96,8 @@ fn want_in_range(field: &str, edge: &Timestamp) -> Want {
         "recorded_at" if field.starts_with("GetPosting.") => {
             Want::Refused(Code::NotFound, "POSTING_NOT_FOUND")
         }
+        // A period can be closed once it has ended, not before.
+        "effective_before" if !first => Want::Refused(Code::InvalidArgument, "INVALID_FIELD"),
         // No account existed in year 1, on either clock (a version applies from when it
         // is recorded).
         _ if first && field.starts_with("GetAccount.") => {
@@ -124,6 +126,15 @@ async fn send(t: &TestLedger, field: &str, ts: Timestamp) -> Answer {
             post.hold_expires_at = Some(ts);
         }
         "Void.effective_at" | "Capture.effective_at" => return close(&mut c, method, ts).await,
+        "ClosePeriod.effective_before" => {
+            let r = pb::ClosePeriodRequest {
+                idempotency_key: key,
+                effective_before: Some(ts),
+                ..Default::default()
+            };
+            let close = c.close_period(r).await?.into_inner().close.unwrap();
+            return Ok(close.effective_before);
+        }
         other => panic!("no row for the request timestamp field {other}: add one"),
     }
     let echo = |r: pb::PostResponse| {
@@ -323,7 +334,7 @@ async fn every_timestamp_field_of_every_request_takes_the_protos_whole_range_and
         .await
         .unwrap();
     let fields = request_timestamp_fields();
-    assert_eq!(fields.len(), 16, "the walk found the fields: {fields:?}");
+    assert_eq!(fields.len(), 17, "the walk found the fields: {fields:?}");
     let mut wrong = Vec::new();
     for field in &fields {
         for (what, ts) in out_of_range() {

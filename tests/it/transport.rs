@@ -223,6 +223,15 @@ fn one_write_call(method: &str, posting_id: &str) -> Option<Vec<u8>> {
             ..Default::default()
         }
         .encode_to_vec(),
+        "ClosePeriod" => pb::ClosePeriodRequest {
+            idempotency_key: "late-close".into(),
+            effective_before: Some(prost_types::Timestamp {
+                seconds: 1_000_000_000,
+                nanos: 0,
+            }),
+            ..Default::default()
+        }
+        .encode_to_vec(),
         _ => return None,
     })
 }
@@ -293,6 +302,18 @@ fn one_read_call(method: &str, posting_id: &str) -> Vec<u8> {
             page_token: token,
         }
         .encode_to_vec(),
+        "GetDigest" => pb::GetDigestRequest::default().encode_to_vec(),
+        "GetInclusionProof" => pb::GetInclusionProofRequest {
+            posting_id: posting_id.into(),
+            ..Default::default()
+        }
+        .encode_to_vec(),
+        "GetConsistencyProof" => pb::GetConsistencyProofRequest {
+            from_sequence: 1,
+            ..Default::default()
+        }
+        .encode_to_vec(),
+        "ListPeriodCloses" => pb::ListPeriodClosesRequest::default().encode_to_vec(),
         other => panic!("no call of {other}"),
     }
 }

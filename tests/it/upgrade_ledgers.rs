@@ -21,7 +21,14 @@ fn downgrade_sql() -> String {
     let end = start + outbox[start..].find("END $$;").unwrap() + "END $$;".len();
     let delete_rule = outbox[start..end].replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION");
     format!(
-        "DROP TABLE account_outbox, account_outbox_progress CASCADE;
+        "DROP TABLE period_close_trial_balances, period_close_balances, period_closes CASCADE;
+         ALTER TABLE ledger_state DROP COLUMN closed_before;
+         DELETE FROM schema_migrations WHERE version = '0017_period_closes';
+         DROP TABLE posting_hashes, digest_progress CASCADE;
+         DROP FUNCTION digest_progress_forward_only();
+         ALTER TABLE ledger_state DROP COLUMN tree_size, DROP COLUMN tree_head, DROP COLUMN tree_frontier;
+         DELETE FROM schema_migrations WHERE version = '0016_verifiable_journal';
+         DROP TABLE account_outbox, account_outbox_progress CASCADE;
          DROP FUNCTION account_outbox_progress_forward_only(), account_outbox_refuse_change(),
            account_outbox_delete_delivered_only();
          DELETE FROM schema_migrations WHERE version = '0015_account_events';
@@ -113,7 +120,7 @@ async fn rows_of(db: &tokio_postgres::Client) -> Vec<String> {
     ];
     let mut all = Vec::new();
     for t in tables {
-        let q = format!("SELECT t.tableoid::regclass || ' ' || (to_jsonb(t) - 'ledger_id' - 'terms_version')::text FROM {t} t ORDER BY 1");
+        let q = format!("SELECT t.tableoid::regclass || ' ' || (to_jsonb(t) - 'ledger_id' - 'terms_version' - 'tree_size' - 'tree_head' - 'tree_frontier' - 'closed_before')::text FROM {t} t ORDER BY 1");
         all.extend(
             db.query(&q, &[])
                 .await

@@ -367,8 +367,83 @@ async fn call_in_nul_ledger(c: &mut Client, rpc: &str) -> Result<(), tonic::Stat
                 ..Default::default()
             })
             .await),
+        "GetDigest" => ok(c
+            .get_digest(pb::GetDigestRequest { ledger: ledger() })
+            .await),
+        "GetInclusionProof" => ok(c
+            .get_inclusion_proof(pb::GetInclusionProofRequest {
+                ledger: ledger(),
+                ..Default::default()
+            })
+            .await),
+        "GetConsistencyProof" => ok(c
+            .get_consistency_proof(pb::GetConsistencyProofRequest {
+                ledger: ledger(),
+                from_sequence: 1,
+                ..Default::default()
+            })
+            .await),
+        "ClosePeriod" => ok(c.close_period(close(|r| r.ledger = ledger())).await),
+        "ListPeriodCloses" => ok(c
+            .list_period_closes(pb::ListPeriodClosesRequest {
+                ledger: ledger(),
+                ..Default::default()
+            })
+            .await),
         other => panic!("no row for {other}.ledger: add one to this table"),
     }
+}
+
+/// A period close a day back, with `f` applied.
+fn close(f: impl FnOnce(&mut pb::ClosePeriodRequest)) -> pb::ClosePeriodRequest {
+    let day_back = time::OffsetDateTime::now_utc() - time::Duration::days(1);
+    let mut r = pb::ClosePeriodRequest {
+        idempotency_key: "close".into(),
+        effective_before: Some(ledger_server::grpc::convert::time_to_pb(day_back)),
+        ..Default::default()
+    };
+    f(&mut r);
+    r
+}
+
+/// The verifiable journal's and period closes' own string fields with a NUL, and the answer
+/// each must get.
+async fn call_journal_rpc(
+    c: &mut Client,
+    field: &str,
+) -> Option<(Result<(), tonic::Status>, Code, &'static str)> {
+    Some(match field {
+        "GetInclusionProof.posting_id" => (
+            ok(c.get_inclusion_proof(pb::GetInclusionProofRequest {
+                posting_id: NUL.into(),
+                ..Default::default()
+            })
+            .await),
+            Code::NotFound,
+            "POSTING_NOT_FOUND",
+        ),
+        "ClosePeriod.idempotency_key" => (
+            ok(c.close_period(close(|r| r.idempotency_key = NUL.into()))
+                .await),
+            Code::InvalidArgument,
+            "IDEMPOTENCY_KEY_REQUIRED",
+        ),
+        "ClosePeriod.memo" => (
+            ok(c.close_period(close(|r| r.memo = NUL.into())).await),
+            Code::InvalidArgument,
+            "INVALID_FIELD",
+        ),
+        "ListPeriodCloses.page_token" => (
+            ok(c.list_period_closes(pb::ListPeriodClosesRequest {
+                page_token: NUL.into(),
+                ..Default::default()
+            })
+            .await),
+            Code::InvalidArgument,
+            "INVALID_PAGE_TOKEN",
+        ),
+        _ => return None,
+    })
 }
 
 /// The ledger RPCs' own string fields with a NUL, and the answer each must get.
@@ -427,6 +502,9 @@ async fn call(t: &TestLedger, field: &str) -> (Result<(), tonic::Status>, Code, 
         return (result, Code::InvalidArgument, "INVALID_FIELD");
     }
     if let Some(answer) = call_ledger_rpc(&mut c, field).await {
+        return answer;
+    }
+    if let Some(answer) = call_journal_rpc(&mut c, field).await {
         return answer;
     }
     if let Some(answer) = call_account_rpc(&mut c, field).await {

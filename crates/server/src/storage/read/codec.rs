@@ -50,7 +50,11 @@ pub(super) fn posting_head(h: &tokio_postgres::Row) -> Result<Posting, StorageEr
 
 /// A time of posting `sequence`'s row; one the ledger's times cannot be (`infinity`, beyond
 /// year 9999) makes the row corrupt rather than failing the read's task.
-fn time(h: &tokio_postgres::Row, column: &str, sequence: i64) -> Result<time::OffsetDateTime, StorageError> {
+fn time(
+    h: &tokio_postgres::Row,
+    column: &str,
+    sequence: i64,
+) -> Result<time::OffsetDateTime, StorageError> {
     h.try_get(column)
         .map_err(|e| StorageError::corrupt_posting(sequence, format!("{column}: {e}")))
 }
