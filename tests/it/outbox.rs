@@ -47,6 +47,20 @@ async fn assert_stream_matches_journal(nats: &NatsServer, t: &TestLedger) -> Vec
         journal.len()
     );
     assert_eq!(got, journal, "events in sequence order, one per posting");
+    let hashes: Vec<String> = t
+        .db()
+        .await
+        .query(
+            "SELECT encode(h.hash, 'hex') FROM postings p LEFT JOIN posting_hashes h USING (sequence) ORDER BY p.sequence",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<_, Option<String>>(0).unwrap_or_default())
+        .collect();
+    let carried: Vec<String> = events.iter().map(|e| e.posting.hash.clone()).collect();
+    assert_eq!(carried, hashes, "each event carries its posting's hash");
     for e in &events {
         assert_eq!(e.subject, "ledger.postings.default");
         assert_eq!(

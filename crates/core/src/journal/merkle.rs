@@ -168,7 +168,11 @@ pub fn inclusion_nodes(m: u64, n: u64) -> Vec<NodeId> {
     if m >= n {
         return Vec::new();
     }
-    let ranges = inclusion_ranges(m, n);
+    nodes_of(&inclusion_ranges(m, n))
+}
+
+/// The complete nodes that make the hashes of these leaf ranges, each once.
+fn nodes_of(ranges: &[(u64, u64)]) -> Vec<NodeId> {
     dedup(
         ranges
             .iter()
@@ -233,13 +237,7 @@ pub fn consistency_nodes(m: u64, n: u64) -> Vec<NodeId> {
     if m == 0 || m > n {
         return Vec::new();
     }
-    let ranges = consistency_ranges(m, n);
-    dedup(
-        ranges
-            .iter()
-            .flat_map(|&(a, b)| range_nodes(a, b))
-            .collect(),
-    )
+    nodes_of(&consistency_ranges(m, n))
 }
 
 /// The consistency proof PROOF(m, D[n]) of RFC 9162 §2.1.4.1 between the tree of the first
