@@ -131,6 +131,11 @@ enum Command {
         #[command(subcommand)]
         command: crate::tools::commands::LedgersCommand,
     },
+    /// Period closes of a ledger: close (role admin; no reopen), list.
+    Period {
+        #[command(subcommand)]
+        command: crate::tools::commands::PeriodCommand,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -156,6 +161,7 @@ const HELP_GROUPS: &[(&str, &[&str])] = &[
         "Client commands (each a client of a running server: --server, --token, --ca-cert; --ledger)",
         &[
             "account", "post", "capture", "void", "posting", "balance", "report", "ledgers",
+            "period",
         ],
     ),
     (
@@ -296,6 +302,9 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
         Command::Posting { command } => client(crate::tools::commands::posting(command).await),
         Command::Balance(args) => client(crate::tools::commands::balance(args).await),
         Command::Ledgers { command } => client(crate::tools::commands::ledgers(command).await),
+        Command::Period { command } => {
+            write(&["period"], crate::tools::commands::period(command).await)
+        }
     }
 }
 

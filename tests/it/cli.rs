@@ -885,7 +885,10 @@ async fn ledger_help_lists_the_client_commands_apart_from_the_server_operations_
     };
     assert_eq!(
         under("Client commands"),
-        ["account", "post", "capture", "void", "posting", "balance", "report", "ledgers"],
+        [
+            "account", "post", "capture", "void", "posting", "balance", "report", "ledgers",
+            "period"
+        ],
         "{help}"
     );
     assert_eq!(

@@ -273,3 +273,58 @@ async fn ledger_report_marks_figures_of_a_closed_period_as_final_and_leaves_the_
     let open = report(rfc(now - Duration::days(1))).await;
     assert!(!open.contains("CLOSED PERIOD"), "{open}");
 }
+
+#[tokio::test]
+async fn ledger_period_close_records_a_close_once_by_its_key_and_list_shows_it_and_a_missing_key_is_a_usage_error(
+) {
+    let t = TestLedger::start().await;
+    let mut c = t.new_client().await;
+    world_and_one_account(&mut c).await;
+    let server = format!("http://{}", t.server.as_ref().unwrap().local_addr);
+    let before = (OffsetDateTime::now_utc() - Duration::days(2))
+        .date()
+        .to_string();
+    let cli = |args: Vec<String>| async move {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_ledger"))
+            .args(&args)
+            .env_remove("LEDGER_SERVER")
+            .output()
+            .await
+            .unwrap();
+        let text = String::from_utf8(out.stdout).unwrap() + &String::from_utf8(out.stderr).unwrap();
+        (out.status.code(), text)
+    };
+    let close = |key: Option<&str>| {
+        let mut a = vec![
+            "period", "close", "--server", &server, "--before", &before, "--format", "json",
+        ];
+        if let Some(k) = key {
+            a.extend(["--key", k]);
+        }
+        a.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    let (code, out) = cli(close(Some("month-end"))).await;
+    assert_eq!(code, Some(0), "{out}");
+    let first: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(first["replayed"], false);
+    let (code, out) = cli(close(Some("month-end"))).await;
+    assert_eq!(code, Some(0), "{out}");
+    let again: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (again["replayed"].clone(), again["close"].clone()),
+        (true.into(), first["close"].clone())
+    );
+    let (code, out) = cli(close(None)).await;
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("needs --key"), "{out}");
+    let list: Vec<String> = ["period", "list", "--server", &server, "--format", "json"]
+        .map(String::from)
+        .to_vec();
+    let (code, out) = cli(list).await;
+    assert_eq!(code, Some(0), "{out}");
+    let listed: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        listed["closes"],
+        serde_json::json!([first["close"].clone()])
+    );
+}

@@ -33,6 +33,31 @@ pub struct LedgersCommon {
 }
 
 #[derive(clap::Subcommand, Debug, Clone)]
+pub enum PeriodCommand {
+    /// Closes the ledger's period before a time (role admin): nothing is recorded effective
+    /// before it afterwards (PERIOD_CLOSED); closes only move forward, there is no reopen.
+    Close {
+        /// The end of the closed period (RFC 3339 or a date, whose start it is); not later
+        /// than now.
+        #[arg(long, value_parser = parse_time)]
+        before: OffsetDateTime,
+        /// The idempotency key (required).
+        #[arg(long)]
+        key: Option<String>,
+        /// A memo.
+        #[arg(long)]
+        memo: Option<String>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// The ledger's closes, oldest first, each with its trial balance's size and digest.
+    List {
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+#[derive(clap::Subcommand, Debug, Clone)]
 pub enum LedgersCommand {
     /// Creates a ledger (needs the role admin); the same attributes again answer
     /// `created: false`, others are LEDGER_CONFLICT.

@@ -2,7 +2,8 @@
 //! `ledger account create|get|list|update|versions`, `ledger post` (and holds, and its
 //! conditions), `ledger capture`, `ledger void`, `ledger posting get`, `ledger balance`, each
 //! on the ledger of `--ledger` (env `LEDGER_LEDGER`, default `default`), and `ledger ledgers
-//! create|get|list`. `post`, `capture`, `void` and `account update` need an idempotency key,
+//! create|get|list`, `ledger period close|list`. `post`, `capture`, `void`, `account update`
+//! and `period close` need an idempotency key,
 //! as every caller of the ledger does: a retry with the same key never writes twice.
 //!
 //! `args.rs` has their arguments (clap), `terms_args.rs` those of `ledger account update` and
@@ -14,15 +15,17 @@
 mod accounts;
 mod args;
 mod ledgers;
+mod period;
 mod post;
 mod terms_args;
 
 pub use accounts::{account, update_account, update_request};
 pub use args::{
     parse_leg, AccountCommand, BalanceArgs, CaptureArgs, Common, LedgersCommand, LedgersCommon,
-    PostArgs, PostingCommand, Side, VoidArgs,
+    PeriodCommand, PostArgs, PostingCommand, Side, VoidArgs,
 };
 pub use ledgers::ledgers;
+pub use period::period;
 pub use post::{post, post_plan, PostPlan};
 pub use terms_args::{
     parse_debit_limit, parse_if_available, parse_if_last_sequence, AccountUpdateArgs, StatusArg,
