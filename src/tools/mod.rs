@@ -179,6 +179,19 @@ pub fn parse_time(s: &str) -> Result<OffsetDateTime, String> {
     }
 }
 
+/// The last instant of a day (`YYYY-MM-DD`, UTC) to the ledger's microsecond: what "the end
+/// of November 30" means as a cut-off (a date alone is its start).
+pub fn parse_day_end(s: &str) -> Result<OffsetDateTime, String> {
+    let date = time::macros::format_description!("[year]-[month]-[day]");
+    let d = time::Date::parse(s, &date).map_err(|_| {
+        format!("{s:?} is not a day; give YYYY-MM-DD (its last instant, UTC, is the cut-off)")
+    })?;
+    let next = d
+        .next_day()
+        .ok_or_else(|| format!("{s:?} is the last day a cut-off can name; give a time"))?;
+    Ok(next.midnight().assume_utc() - time::Duration::microseconds(1))
+}
+
 /// A time as people read it in messages and tables: RFC 3339.
 pub fn show_time(t: OffsetDateTime) -> String {
     t.format(&Rfc3339).unwrap_or_else(|_| t.to_string())

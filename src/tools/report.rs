@@ -52,13 +52,22 @@ pub struct Common {
     pub client: crate::tools::ClientArgs,
     #[command(flatten)]
     pub ledger: crate::tools::LedgerArg,
-    /// Recorded cut-off (RFC 3339 or a date): what the ledger knew at that time. Default: now.
+    /// Recorded cut-off (RFC 3339 or a date, which is its start): what the ledger knew at that
+    /// time. Default: now.
     #[arg(long, value_parser = crate::tools::parse_time)]
     pub as_of: Option<OffsetDateTime>,
-    /// Effective cut-off (RFC 3339 or a date): what had happened by that time. Default: the
-    /// recorded cut-off.
+    /// Recorded cut-off at the end of a day: `--as-of-end 2026-12-01` is
+    /// 2026-12-01T23:59:59.999999Z ("as known on Dec 1").
+    #[arg(long, value_parser = crate::tools::parse_day_end, conflicts_with = "as_of", value_name = "YYYY-MM-DD")]
+    pub as_of_end: Option<OffsetDateTime>,
+    /// Effective cut-off (RFC 3339 or a date, which is its start): what had happened by that
+    /// time. Default: the recorded cut-off.
     #[arg(long, value_parser = crate::tools::parse_time)]
     pub effective: Option<OffsetDateTime>,
+    /// Effective cut-off at the end of a day: `--effective-end 2026-11-30` is
+    /// 2026-11-30T23:59:59.999999Z ("the end of November").
+    #[arg(long, value_parser = crate::tools::parse_day_end, conflicts_with = "effective", value_name = "YYYY-MM-DD")]
+    pub effective_end: Option<OffsetDateTime>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
@@ -107,8 +116,14 @@ async fn connect(common: &Common) -> Result<Client, ReportError> {
 
 fn requested(common: &Common) -> AsOf {
     AsOf {
-        recorded_at: common.as_of.map(std::time::SystemTime::from),
-        effective_at: common.effective.map(std::time::SystemTime::from),
+        recorded_at: common
+            .as_of
+            .or(common.as_of_end)
+            .map(std::time::SystemTime::from),
+        effective_at: common
+            .effective
+            .or(common.effective_end)
+            .map(std::time::SystemTime::from),
     }
 }
 

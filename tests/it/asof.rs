@@ -1427,3 +1427,72 @@ async fn a_funds_refusal_names_the_balance_it_checked_over_all_legs_whatever_the
         Some("acct:0")
     );
 }
+
+#[tokio::test]
+async fn a_days_end_is_its_last_instant_on_either_clock_and_a_date_alone_its_start() {
+    let mut t = TestLedger::start().await;
+    let mut m = Model::default();
+    model_accounts(&mut t, &mut m).await;
+    // Effective in the evening of the day before yesterday (UTC).
+    let day = (OffsetDateTime::now_utc() - Duration::days(2)).date();
+    let evening = day.with_hms(20, 0, 0).unwrap().assume_utc();
+    posted(
+        &mut t,
+        transfer_at("eve", "w", "a:0", "4.00", Some(evening)),
+    )
+    .await;
+    let server = format!("http://{}", t.server.as_ref().unwrap().local_addr);
+    let yesterday = (OffsetDateTime::now_utc() - Duration::days(1))
+        .date()
+        .to_string();
+    let csv = |flags: Vec<String>| {
+        let server = server.clone();
+        async move {
+            let mut args = vec![
+                "report",
+                "trial-balance",
+                "--server",
+                &server,
+                "--format",
+                "csv",
+            ]
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>();
+            args.extend(flags);
+            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            ledger_cli(&refs).await
+        }
+    };
+    let d = day.to_string();
+    let (ok, start, err) = csv(vec!["--effective".into(), d.clone()]).await;
+    assert!(ok, "{err}");
+    assert!(
+        start.contains("a:0,EUR,0.00,0.00,0.00"),
+        "the day's start sees nothing of its evening:\n{start}"
+    );
+    let (ok, end, err) = csv(vec!["--effective-end".into(), d.clone()]).await;
+    assert!(ok, "{err}");
+    assert!(
+        end.contains("a:0,EUR,4.00"),
+        "the day's end includes its evening:\n{end}"
+    );
+    // As known at the end of yesterday: recorded today, so not yet.
+    let (ok, known, err) = csv(vec![
+        "--as-of-end".into(),
+        yesterday,
+        "--effective-end".into(),
+        d.clone(),
+    ])
+    .await;
+    assert!(ok, "{err}");
+    assert!(!known.contains("a:0"), "{known}");
+    let (ok, _, err) = csv(vec![
+        "--effective".into(),
+        d.clone(),
+        "--effective-end".into(),
+        d,
+    ])
+    .await;
+    assert!(!ok && err.contains("cannot be used with"), "{err}");
+}
