@@ -35,6 +35,10 @@ pub enum Report {
         /// Only accounts whose code starts with this.
         #[arg(long, default_value = "")]
         prefix: String,
+        /// Also the accounts with nothing by the effective cut-off (no debits, credits or
+        /// holds yet: legs recorded, but effective later). Left out by default.
+        #[arg(long)]
+        all: bool,
     },
     /// An account's entries in journal order with the running balance, and its totals, held
     /// amounts and available amount, at one cut-off.
@@ -130,7 +134,11 @@ fn requested(common: &Common) -> AsOf {
 /// Runs a report, printing it to stdout.
 pub async fn run(args: ReportArgs) -> Result<ExitCode, ReportError> {
     let text = match args.report {
-        Report::TrialBalance { common, prefix } => trial_balance(&common, &prefix).await?,
+        Report::TrialBalance {
+            common,
+            prefix,
+            all,
+        } => trial_balance(&common, &prefix, all).await?,
         Report::Statement { account, common } => statement(&common, &account).await?,
     };
     super::output::print_out(&text)
@@ -139,18 +147,26 @@ pub async fn run(args: ReportArgs) -> Result<ExitCode, ReportError> {
 }
 
 /// The trial balance, rendered.
-pub async fn trial_balance(common: &Common, prefix: &str) -> Result<String, ReportError> {
+pub async fn trial_balance(
+    common: &Common,
+    prefix: &str,
+    all: bool,
+) -> Result<String, ReportError> {
     let client = connect(common).await?;
-    let trial = client
+    let mut trial = client
         .trial_balance(prefix, requested(common))
         .await
         .map_err(rpc_error)?;
+    let cut = trial.balances.first().map(|b| b.as_of);
+    if !all {
+        trial.balances.retain(|b| !nothing_yet(b));
+    }
     Ok(match common.format {
         Format::Csv => trial_balance_csv(&trial),
         Format::Table => {
             let table = trial_balance_table(&trial, prefix, &common.ledger.code());
-            match trial.balances.first() {
-                Some(b) => with_close(&client, &b.as_of, table).await?,
+            match cut {
+                Some(at) => with_close(&client, &at, table).await?,
                 None => table,
             }
         }
@@ -188,6 +204,15 @@ fn closed_mark(closes: &[pb::PeriodClose], at: &Applied) -> Option<String> {
         c.caller,
         c.idempotency_key,
     ))
+}
+
+/// An account listed at a cut-off (it has legs recorded by then) with nothing by its effective
+/// time: no debits, credits or holds yet. A trial balance leaves it out unless `--all`; the
+/// totals are the same either way.
+fn nothing_yet(b: &Balance) -> bool {
+    [b.debits, b.credits, b.held_debits, b.held_credits]
+        .iter()
+        .all(|a| a.minor() == 0)
 }
 
 /// A balance's held debits, held credits and available amount: the columns that follow its

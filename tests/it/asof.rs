@@ -1429,7 +1429,8 @@ async fn a_funds_refusal_names_the_balance_it_checked_over_all_legs_whatever_the
 }
 
 #[tokio::test]
-async fn a_days_end_is_its_last_instant_on_either_clock_and_a_date_alone_its_start() {
+async fn a_days_end_is_its_last_instant_on_either_clock_and_a_date_alone_its_start_and_empty_rows_show_with_all(
+) {
     let mut t = TestLedger::start().await;
     let mut m = Model::default();
     model_accounts(&mut t, &mut m).await;
@@ -1468,9 +1469,23 @@ async fn a_days_end_is_its_last_instant_on_either_clock_and_a_date_alone_its_sta
     let (ok, start, err) = csv(vec!["--effective".into(), d.clone()]).await;
     assert!(ok, "{err}");
     assert!(
-        start.contains("a:0,EUR,0.00,0.00,0.00"),
+        !start.contains("a:0"),
         "the day's start sees nothing of its evening:\n{start}"
     );
+    // With --all, the accounts with nothing yet by the cut-off are listed too, at zero.
+    let (ok, all, err) = csv(vec!["--effective".into(), d.clone(), "--all".into()]).await;
+    assert!(ok, "{err}");
+    assert!(
+        all.contains("a:0,EUR,0.00,0.00,0.00,0.00,0.00,0.00"),
+        "{all}"
+    );
+    let totals = |t: &str| -> Vec<String> {
+        t.lines()
+            .filter(|l| l.starts_with("TOTAL"))
+            .map(String::from)
+            .collect()
+    };
+    assert_eq!(totals(&all), totals(&start), "the same totals");
     let (ok, end, err) = csv(vec!["--effective-end".into(), d.clone()]).await;
     assert!(ok, "{err}");
     assert!(
