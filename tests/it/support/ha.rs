@@ -592,7 +592,9 @@ impl NatsCluster {
             }
             assert!(
                 Instant::now() < deadline,
-                "nats-server n{i} not healthy: {body:?}"
+                "nats-server n{i} not healthy: {body:?} (exited: {}); its log ends:\n{}",
+                self.exited(i),
+                self.log_tail(i)
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -622,7 +624,36 @@ impl NatsCluster {
     /// Starts server `i` again on its store.
     pub async fn restart(&self, i: usize) {
         self.start_server(i);
+        // A server that exited at once (seen once in CI under load: it never answered its
+        // health check) is started again, once.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if self.exited(i) {
+                eprintln!(
+                    "nats-server n{i} exited at its restart; starting it again:\n{}",
+                    self.log_tail(i)
+                );
+                self.start_server(i);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         self.wait_healthy(i).await;
+    }
+
+    /// Whether server `i`'s process has exited.
+    fn exited(&self, i: usize) -> bool {
+        let mut servers = self.servers.lock().unwrap();
+        servers[i]
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_some())
+    }
+
+    /// The last lines of server `i`'s log.
+    fn log_tail(&self, i: usize) -> String {
+        let log = std::fs::read_to_string(self.dir.join(format!("n{i}.log"))).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
     }
 
     /// The server (0..3) leading stream `stream`, as the cluster reports it.
