@@ -177,12 +177,28 @@ pub async fn trial_balance(
 async fn with_close(client: &Client, at: &Applied, table: String) -> Result<String, ReportError> {
     let closes = client.period_closes().await.map_err(rpc_error)?;
     Ok(match closed_mark(&closes, at) {
-        Some(mark) => match table.split_once('\n') {
-            Some((heading, rest)) => format!("{heading}\n{mark}\n{rest}"),
-            None => format!("{table}\n{mark}\n"),
-        },
+        Some(mark) => under_heading(&table, &mark),
         None => table,
     })
+}
+
+/// What a statement says of an account created after its recorded cut-off (its zero balance
+/// there is not a balance it had: it did not exist yet).
+fn not_yet(account: &str, created: SystemTime, at: &Applied) -> Option<String> {
+    (created > at.recorded_at).then(|| {
+        format!(
+            "ACCOUNT NOT YET CREATED: {account} was created at {}, after this cut-off; it had no balance then",
+            show_ts(created)
+        )
+    })
+}
+
+/// `table` with `line` under its heading line.
+fn under_heading(table: &str, line: &str) -> String {
+    match table.split_once('\n') {
+        Some((heading, rest)) => format!("{heading}\n{line}\n{rest}"),
+        None => format!("{table}\n{line}\n"),
+    }
 }
 
 /// The close a cut-off's figures fall in: the last close recorded by the cut-off's recorded
@@ -341,6 +357,7 @@ pub async fn statement(common: &Common, account: &str) -> Result<String, ReportE
         .entries(account, balance.as_of.as_of())
         .await
         .map_err(rpc_error)?;
+    let created = client.account(account).await.map_err(rpc_error)?.created_at;
     let closing = entries.last().map_or(balance.balance, |e| e.balance_after);
     if closing != balance.balance {
         return Err(ReportError(format!(
@@ -356,12 +373,12 @@ pub async fn statement(common: &Common, account: &str) -> Result<String, ReportE
                 balance.currency,
                 in_ledger(&common.ledger.code())
             );
-            with_close(
-                &client,
-                &balance.as_of,
-                statement_table(&of, &balance, &entries),
-            )
-            .await?
+            let table = statement_table(&of, &balance, &entries);
+            let table = match not_yet(account, created, &balance.as_of) {
+                Some(line) => under_heading(&table, &line),
+                None => table,
+            };
+            with_close(&client, &balance.as_of, table).await?
         }
     })
 }

@@ -1511,3 +1511,32 @@ async fn a_days_end_is_its_last_instant_on_either_clock_and_a_date_alone_its_sta
     .await;
     assert!(!ok && err.contains("cannot be used with"), "{err}");
 }
+
+#[tokio::test]
+async fn a_statement_at_a_cut_off_before_its_account_existed_says_so_instead_of_a_silent_zero() {
+    let mut t = TestLedger::start().await;
+    let mut m = Model::default();
+    let before = rfc3339(OffsetDateTime::now_utc() - Duration::seconds(2));
+    model_accounts(&mut t, &mut m).await;
+    posted(&mut t, transfer_at("p", "w", "a:0", "4.00", None)).await;
+    let server = format!("http://{}", t.server.as_ref().unwrap().local_addr);
+    let (ok, early, err) = ledger_cli(&[
+        "report",
+        "statement",
+        "a:0",
+        "--server",
+        &server,
+        "--as-of",
+        &before,
+    ])
+    .await;
+    assert!(ok, "{err}");
+    let line = early.lines().nth(1).unwrap_or_default();
+    assert!(
+        line.starts_with("ACCOUNT NOT YET CREATED: a:0 was created at"),
+        "{early}"
+    );
+    let (ok, now, err) = ledger_cli(&["report", "statement", "a:0", "--server", &server]).await;
+    assert!(ok, "{err}");
+    assert!(!now.contains("NOT YET CREATED"), "{now}");
+}
