@@ -2,15 +2,15 @@
 //! order, like a posting); its trial balance at the cut-off is then recorded once (an as-of
 //! answer, which never changes), with the digest at the close's sequence.
 
+use super::lists::{add_balance, currency_totals, Sums};
 use super::Ledger;
 use crate::storage::{self, closes::Listed, StorageError};
 use ledger_core::ledger::{self, Ledger as Book};
-use ledger_core::limits::{MAX_PAGE_SIZE, MAX_TOTAL_MINOR};
+use ledger_core::limits::MAX_PAGE_SIZE;
 use ledger_core::period::{PeriodClose, ValidClose};
 use ledger_core::record::{AppliedAsOf, Balance, CurrencyTotal};
 use ledger_core::write::Command;
 use ledger_core::LedgerError;
-use std::collections::BTreeMap;
 use time::Duration;
 
 /// A close's trial balance: how many accounts, per currency and scale (as `ListBalances`
@@ -139,40 +139,13 @@ impl Ledger {
     }
 }
 
-/// Per currency and scale sums of a trial balance (a sum past the totals' limit is refused, as
-/// `ListBalances` refuses it).
+/// A close's trial balance totals, summed as `ListBalances` sums them.
 fn totals(balances: &[Balance]) -> Result<Vec<CurrencyTotal>, LedgerError> {
-    let mut sums: BTreeMap<(&str, u8), [i128; 4]> = BTreeMap::new();
+    let mut sums = Sums::new();
     for b in balances {
-        let s = sums.entry((&b.currency, b.scale)).or_default();
-        for (slot, v) in s
-            .iter_mut()
-            .zip([b.debits, b.credits, b.held_debits, b.held_credits])
-        {
-            *slot = slot
-                .checked_add(v)
-                .filter(|t| *t <= MAX_TOTAL_MINOR)
-                .ok_or_else(|| {
-                    LedgerError::limit(
-                        &format!("the trial balance's totals of {}", b.currency),
-                        "MAX_TOTAL_MINOR",
-                        MAX_TOTAL_MINOR,
-                        "more",
-                    )
-                })?;
-        }
+        add_balance(&mut sums, b)?;
     }
-    Ok(sums
-        .into_iter()
-        .map(|((currency, scale), [d, c, hd, hc])| CurrencyTotal {
-            currency: currency.to_owned(),
-            scale,
-            debits: d,
-            credits: c,
-            held_debits: hd,
-            held_credits: hc,
-        })
-        .collect())
+    Ok(currency_totals(sums))
 }
 
 /// Totals as stored: minor units as strings, with the scale.

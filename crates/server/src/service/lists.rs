@@ -428,7 +428,7 @@ async fn trial_totals(
     prefix: &str,
     at: &AppliedAsOf,
 ) -> Result<Vec<CurrencyTotal>, LedgerError> {
-    let mut totals: BTreeMap<(String, u8), [i128; 4]> = BTreeMap::new();
+    let mut totals = Sums::new();
     let mut cursor: Option<String> = None;
     loop {
         let chunk = storage::read::accounts_with_legs(
@@ -447,12 +447,7 @@ async fn trial_totals(
             .await
             .map_err(StorageError::into_ledger_error)?
         {
-            let t = totals.entry((b.currency.clone(), b.scale)).or_default();
-            let what = |side: &str| format!("the trial balance's {side} of {}", b.currency);
-            add_to_sum(&mut t[0], b.debits, &what("debits"))?;
-            add_to_sum(&mut t[1], b.credits, &what("credits"))?;
-            add_to_sum(&mut t[2], b.held_debits, &what("held debits"))?;
-            add_to_sum(&mut t[3], b.held_credits, &what("held credits"))?;
+            add_balance(&mut totals, &b)?;
         }
         if totals.len() > MAX_TRIAL_BALANCE_CURRENCIES {
             return Err(LedgerError::limit(
@@ -463,7 +458,25 @@ async fn trial_totals(
             ));
         }
     }
-    Ok(totals
+    Ok(currency_totals(totals))
+}
+
+/// A trial balance's sums per (currency, scale): debits, credits, held debits, held credits.
+pub(super) type Sums = BTreeMap<(String, u8), [i128; 4]>;
+
+/// Adds an account's balance to a trial balance's sums (refused past `MAX_SUM_MINOR`).
+pub(super) fn add_balance(totals: &mut Sums, b: &Balance) -> Result<(), LedgerError> {
+    let t = totals.entry((b.currency.clone(), b.scale)).or_default();
+    let what = |side: &str| format!("the trial balance's {side} of {}", b.currency);
+    add_to_sum(&mut t[0], b.debits, &what("debits"))?;
+    add_to_sum(&mut t[1], b.credits, &what("credits"))?;
+    add_to_sum(&mut t[2], b.held_debits, &what("held debits"))?;
+    add_to_sum(&mut t[3], b.held_credits, &what("held credits"))
+}
+
+/// A trial balance's sums as its totals, in (currency, scale) order.
+pub(super) fn currency_totals(totals: Sums) -> Vec<CurrencyTotal> {
+    totals
         .into_iter()
         .map(
             |((currency, scale), [debits, credits, held_debits, held_credits])| CurrencyTotal {
@@ -475,5 +488,5 @@ async fn trial_totals(
                 held_credits,
             },
         )
-        .collect())
+        .collect()
 }

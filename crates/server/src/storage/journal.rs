@@ -128,6 +128,27 @@ pub fn corrupt_tree(ledger: LedgerId, size: u64, e: String) -> StorageError {
     )
 }
 
+/// A ledger's chain from its state row's columns after `size` postings (`tree_head`,
+/// `tree_frontier`); ones that cannot be read are the ledger's state written behind its back.
+pub(crate) fn chain_from(
+    (ledger, code): (LedgerId, &str),
+    size: i64,
+    head: &[u8],
+    frontier: &[u8],
+) -> Result<Chain, StorageError> {
+    let corrupt = |e: String| {
+        StorageError::corrupt_posting(
+            ledger::stored(ledger, size),
+            format!("the ledger's chain: {e}"),
+        )
+    };
+    Ok(Chain {
+        ledger: code.to_owned(),
+        head: <[u8; 32]>::try_from(head).map_err(|_| corrupt("a head not of 32 bytes".into()))?,
+        frontier: Frontier::from_bytes(size as u64, frontier).map_err(corrupt)?,
+    })
+}
+
 /// Postings hashed per transaction of [`hash_backlog`] (limit HASH_CHUNK): the ledger's
 /// writes wait for one chunk at most (about 0.1 s).
 pub const HASH_CHUNK: i64 = 2_000;
@@ -184,30 +205,25 @@ async fn hash_chunk(
         tx.commit().await?;
         return Ok(0);
     }
-    let corrupt = |e: String| {
-        StorageError::corrupt_posting(
-            ledger::stored(ledger, size),
-            format!("the ledger's chain: {e}"),
-        )
-    };
-    let head: Vec<u8> = state.get(2);
-    let frontier: Vec<u8> = state.get(3);
-    let mut chain = Chain {
-        ledger: code.to_owned(),
-        head: <[u8; 32]>::try_from(head.as_slice())
-            .map_err(|_| corrupt("a head not of 32 bytes".into()))?,
-        frontier: Frontier::from_bytes(size as u64, &frontier).map_err(corrupt)?,
-    };
+    let mut chain = chain_from(
+        (ledger, code),
+        size,
+        &state.get::<_, Vec<u8>>(2),
+        &state.get::<_, Vec<u8>>(3),
+    )?;
     let upto = last.min(size + HASH_CHUNK);
     let sequences: Vec<i64> = (size + 1..=upto)
         .map(|n| ledger::stored(ledger, n))
         .collect();
     let postings = super::read::postings_by_sequence(&tx, &sequences).await?;
     if postings.len() != sequences.len() {
-        return Err(corrupt(format!(
-            "postings {}..={upto} are not all in the journal",
-            size + 1
-        )));
+        return Err(StorageError::corrupt_posting(
+            ledger::stored(ledger, size),
+            format!(
+                "the ledger's chain: postings {}..={upto} are not all in the journal",
+                size + 1
+            ),
+        ));
     }
     let (mut hashes, mut nodes) = (Vec::new(), Vec::new());
     for p in &postings {

@@ -5,13 +5,14 @@ use super::memo::{WindowDraft, WindowMemo};
 use super::terms::load_windows;
 use super::{BEGIN_SQL, CUSTOM_PLANS};
 use crate::storage::accounts::{get_or_load, Found};
+use crate::storage::journal::chain_from;
 use crate::storage::read::{direction_from_sql, with_state, TARGET_STATES_SQL};
 use crate::storage::terms::{terms_from_row, TERMS_COLUMNS};
 use crate::storage::{StorageError, LEDGER_LOCK_CLASS};
 use ledger_core::account::{Account, AccountCache};
 use ledger_core::amount::{parse_stored, Amount};
 use ledger_core::engine::Totals;
-use ledger_core::journal::{Chain, Frontier};
+use ledger_core::journal::Chain;
 use ledger_core::ledger::{self, LedgerId};
 use ledger_core::record::Posting;
 use ledger_core::write::{
@@ -321,19 +322,10 @@ fn chain_of(state: &Row, clock: &Clock) -> Result<Option<Chain>, StorageError> {
     if size != ledger::in_ledger(clock.last_sequence) {
         return Ok(None);
     }
-    let corrupt = |e: String| {
-        StorageError::corrupt_posting(clock.last_sequence, format!("the ledger's chain: {e}"))
-    };
-    let head: Vec<u8> = state.get("tree_head");
-    let head = <[u8; 32]>::try_from(head.as_slice())
-        .map_err(|_| corrupt("a head not of 32 bytes".into()))?;
-    let frontier: Vec<u8> = state.get("tree_frontier");
-    let frontier = Frontier::from_bytes(size as u64, &frontier).map_err(corrupt)?;
-    Ok(Some(Chain {
-        ledger: state.get("ledger_code"),
-        head,
-        frontier,
-    }))
+    let (head, frontier): (Vec<u8>, Vec<u8>) = (state.get("tree_head"), state.get("tree_frontier"));
+    let ledger = ledger::of_sequence(clock.last_sequence);
+    let code: String = state.get("ledger_code");
+    chain_from((ledger, &code), size, &head, &frontier).map(Some)
 }
 
 /// The accounts a snapshot holds, as they are read.
