@@ -96,11 +96,18 @@ enum Command {
     /// Check an inclusion or a consistency proof (grpcurl's JSON) offline against a digest
     /// you hold: exit 0 verified, 1 not verified, 2 bad input.
     VerifyProof(verify_proof::VerifyProofArgs),
-    /// Reports for people and spreadsheets: a trial balance, a statement, at one cut-off.
+    /// Reports for people and spreadsheets at one cut-off: a trial balance, a statement (for
+    /// a period), a balance sheet, an income statement.
     Report(crate::tools::report::ReportArgs),
+    /// Matches a statement's lines (a bank's CSV export) to an account's postings: exit 0
+    /// when all match and the totals agree, 1 when any is unmatched, 2 when it cannot run.
+    Reconcile(crate::tools::reconcile::ReconcileArgs),
     /// Benchmark of as-of reads (GetBalance per kind of cut-off on an account with 1,000,000
     /// legs) and of the write path with and without the as-of index.
     BenchAsOf(crate::tools::bench_asof::BenchAsOfArgs),
+    /// Benchmark of the finance queries (ListRollups per kind of cut-off, ListPostings per
+    /// filter) on a book of 100,000 accounts and 1,000,000 postings.
+    BenchFinance(crate::tools::bench_finance::BenchFinanceArgs),
     /// Benchmark of the pure decide step alone (no database, no network): decisions per
     /// second for batches of 1, 64 and 1,000 postings.
     BenchDecide(crate::tools::bench_decide::BenchDecideArgs),
@@ -160,8 +167,8 @@ const HELP_GROUPS: &[(&str, &[&str])] = &[
     (
         "Client commands (each a client of a running server: --server, --token, --ca-cert; --ledger)",
         &[
-            "account", "post", "capture", "void", "posting", "balance", "report", "ledgers",
-            "period",
+            "account", "post", "capture", "void", "posting", "balance", "report", "reconcile",
+            "ledgers", "period",
         ],
     ),
     (
@@ -174,7 +181,7 @@ const HELP_GROUPS: &[(&str, &[&str])] = &[
     ),
     (
         "Benchmarks (docs/performance.md)",
-        &["bench", "bench-as-of", "bench-writer", "bench-decide"],
+        &["bench", "bench-as-of", "bench-finance", "bench-writer", "bench-decide"],
     ),
 ];
 
@@ -285,7 +292,9 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
         Command::Verify(args) => Ok(verify::verify_command(args).await),
         Command::VerifyProof(args) => Ok(verify_proof::verify_proof_command(args)),
         Command::Report(args) => Ok(crate::tools::report::run(args).await?),
+        Command::Reconcile(args) => Ok(crate::tools::reconcile::run(args).await),
         Command::BenchAsOf(args) => crate::tools::bench_asof::run(args).await,
+        Command::BenchFinance(args) => crate::tools::bench_finance::run(args).await,
         Command::BenchDecide(args) => crate::tools::bench_decide::run(&args),
         Command::BenchWriter(args) => {
             crate::tools::bench_writer::run(args).await?;

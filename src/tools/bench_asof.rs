@@ -64,22 +64,40 @@ pub struct BenchAsOfArgs {
 }
 
 /// Runs the scenario.
-///
-/// The private PostgreSQL keeps `fsync` on (durable), as a deployment would.
 pub async fn run(args: BenchAsOfArgs) -> Result<ExitCode, BoxError> {
-    let (url, pg) = match &args.database_url {
-        Some(url) => (url.clone(), None),
+    let (url, dir) = (args.database_url.clone(), args.data_dir.clone());
+    on_bench_database(url, dir, "ledger bench-as-of", |url, ops| async move {
+        scenario(&args, &url, ops).await
+    })
+    .await
+}
+
+/// Runs `scenario` on the database of `database_url`, or without one on a private
+/// PostgreSQL started in `data_dir` and removed afterwards. The private PostgreSQL keeps
+/// `fsync` on (durable), as a deployment would, and the server logs in on it as `ledger
+/// serve` does on the embedded one.
+pub(crate) async fn on_bench_database<F, Fut>(
+    database_url: Option<String>,
+    data_dir: PathBuf,
+    holder: &str,
+    scenario: F,
+) -> Result<ExitCode, BoxError>
+where
+    F: FnOnce(String, OpsOptions) -> Fut,
+    Fut: std::future::Future<Output = Result<(), BoxError>>,
+{
+    let (url, pg) = match database_url {
+        Some(url) => (url, None),
         None => {
-            let mut opts = PgOptions::new(args.data_dir.clone());
+            let mut opts = PgOptions::new(data_dir);
             opts.fast_unsafe = false;
-            opts.holder = "ledger bench-as-of".into();
+            opts.holder = holder.into();
             let pg = tokio::task::spawn_blocking(move || EmbeddedPg::start(opts)).await??;
             pg.create_database_if_missing("ledger")?;
             let url = pg.connection_string("ledger");
             (url, Some(pg))
         }
     };
-    // On its own PostgreSQL the server logs in as `ledger serve` does on the embedded one.
     let ops = match pg {
         Some(_) => OpsOptions {
             db_login: Some(ledger_server::storage::roles::SERVICE_LOGIN.to_owned()),
@@ -88,7 +106,7 @@ pub async fn run(args: BenchAsOfArgs) -> Result<ExitCode, BoxError> {
         },
         None => Default::default(),
     };
-    let result = scenario(&args, &url, ops).await;
+    let result = scenario(url, ops).await;
     if let Some(mut pg) = pg {
         pg.set_remove_on_drop(true);
         tokio::task::spawn_blocking(move || pg.stop()).await??;
@@ -297,7 +315,7 @@ async fn post_rate(endpoint: &str, args: &BenchAsOfArgs, round: u64) -> Result<f
     Ok(total as f64 / start.elapsed().as_secs_f64())
 }
 
-fn ts(t: time::OffsetDateTime) -> prost_types::Timestamp {
+pub(crate) fn ts(t: time::OffsetDateTime) -> prost_types::Timestamp {
     let n = t.unix_timestamp_nanos();
     prost_types::Timestamp {
         seconds: n.div_euclid(1_000_000_000) as i64,
@@ -305,10 +323,10 @@ fn ts(t: time::OffsetDateTime) -> prost_types::Timestamp {
     }
 }
 
-struct XorShift(u64);
+pub(crate) struct XorShift(pub(crate) u64);
 
 impl XorShift {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
@@ -316,7 +334,7 @@ impl XorShift {
     }
 }
 
-fn uniform(
+pub(crate) fn uniform(
     rng: &mut XorShift,
     lo: time::OffsetDateTime,
     hi: time::OffsetDateTime,

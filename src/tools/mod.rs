@@ -8,10 +8,12 @@
 pub mod bench;
 pub mod bench_asof;
 pub mod bench_decide;
+pub mod bench_finance;
 pub mod bench_writer;
 pub mod commands;
 pub mod output;
 pub mod post_file;
+pub mod reconcile;
 pub mod report;
 
 use ledger_client::{ConnectOptions, RawClient};

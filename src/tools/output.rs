@@ -216,24 +216,44 @@ fn is_unspecified(s: &str) -> bool {
 
 /// Rows as aligned columns, the first row being the header.
 pub fn columns(rows: &[Vec<String>]) -> String {
-    let n = rows.iter().map(Vec::len).max().unwrap_or(0);
+    aligned(rows, &[], &[])
+}
+
+/// Rows as aligned columns, two spaces apart: those at the indices `right` right-aligned, a
+/// rule of dashes before each row whose index is in `rules` (after the last row for the
+/// index `rows.len()`).
+pub fn aligned<R: AsRef<[String]>>(rows: &[R], right: &[usize], rules: &[usize]) -> String {
+    let n = rows.iter().map(|r| r.as_ref().len()).max().unwrap_or(0);
     let widths: Vec<usize> = (0..n)
         .map(|c| {
             rows.iter()
-                .filter_map(|r| r.get(c))
+                .filter_map(|r| r.as_ref().get(c))
                 .map(|s| s.chars().count())
                 .max()
                 .unwrap_or(0)
         })
         .collect();
+    let rule: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
+    let rule = format!("{}\n", rule.join("  "));
     let mut out = String::new();
-    for r in rows {
+    for (i, r) in rows.iter().enumerate() {
+        if rules.contains(&i) {
+            out.push_str(&rule);
+        }
         let line: Vec<String> = r
+            .as_ref()
             .iter()
             .zip(&widths)
-            .map(|(s, w)| format!("{s:w$}"))
+            .enumerate()
+            .map(|(c, (s, w))| match right.contains(&c) {
+                true => format!("{s:>w$}"),
+                false => format!("{s:<w$}"),
+            })
             .collect();
         let _ = writeln!(out, "{}", line.join("  ").trim_end());
+    }
+    if rules.contains(&rows.len()) {
+        out.push_str(&rule);
     }
     out
 }

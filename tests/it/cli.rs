@@ -886,7 +886,15 @@ async fn ledger_help_lists_the_client_commands_apart_from_the_server_operations_
     assert_eq!(
         under("Client commands"),
         [
-            "account", "post", "capture", "void", "posting", "balance", "report", "ledgers",
+            "account",
+            "post",
+            "capture",
+            "void",
+            "posting",
+            "balance",
+            "report",
+            "reconcile",
+            "ledgers",
             "period"
         ],
         "{help}"
@@ -897,7 +905,13 @@ async fn ledger_help_lists_the_client_commands_apart_from_the_server_operations_
     );
     assert_eq!(
         under("Benchmarks"),
-        ["bench", "bench-as-of", "bench-writer", "bench-decide"]
+        [
+            "bench",
+            "bench-as-of",
+            "bench-finance",
+            "bench-writer",
+            "bench-decide"
+        ]
     );
 }
 

@@ -121,6 +121,7 @@ async fn reads_of_a_corrupt_posting_answer_data_loss_and_everything_else_keeps_s
             account: String::new(),
             page_size: 10,
             page_token: String::new(),
+            ..Default::default()
         })
         .await
         .unwrap_err();

@@ -278,6 +278,7 @@ pub async fn run_history(seed: u64, clients: usize, ops_per_client: usize) -> St
                 account: String::new(),
                 page_size: 1000,
                 page_token: token,
+                ..Default::default()
             })
             .await
             .unwrap()

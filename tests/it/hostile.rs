@@ -365,6 +365,7 @@ async fn every_rpc(t: &TestLedger, f: Fields) -> Vec<(&'static str, Result<(), t
                 account: f.code.clone(),
                 page_size: f.page_size,
                 page_token: f.page_token.clone(),
+                ..Default::default()
             })
             .await
             .map(drop),

@@ -40,6 +40,7 @@ async fn call(t: &TestLedger, c: Call) -> Result<(), tonic::Status> {
                 account: String::new(),
                 page_size: n,
                 page_token: String::new(),
+                ..Default::default()
             })
             .await
             .map(drop),

@@ -127,6 +127,7 @@ async fn postings_of_a_hundred_legs_with_full_memo_and_metadata_page_within_the_
                 account: to.clone(),
                 page_size: MAX_PAGE_SIZE,
                 page_token: token,
+                ..Default::default()
             })
             .await
             .expect("a page within the limits is answered")

@@ -68,6 +68,7 @@ async fn list_postings_filters_by_account_and_pages_in_sequence_order() {
                 account: "acct:0".into(),
                 page_size: 2,
                 page_token: token,
+                ..Default::default()
             })
             .await
             .unwrap()

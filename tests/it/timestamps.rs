@@ -114,6 +114,9 @@ type Answer = Result<Option<Timestamp>, Status>;
 async fn send(t: &TestLedger, field: &str, ts: Timestamp) -> Answer {
     let mut c = t.client.clone();
     let (method, path) = field.split_once('.').unwrap();
+    if method == "ListPostings" {
+        return list_postings_in(t, path, ts).await;
+    }
     if method.starts_with("Get") || method.starts_with("List") {
         return read_at(t, method, as_of(path, ts)).await;
     }
@@ -209,6 +212,21 @@ fn as_of(path: &str, ts: Timestamp) -> pb::AsOf {
     }
 }
 
+/// A listing of the postings in a range with `ts` at `path` (`recorded.start` …).
+async fn list_postings_in(t: &TestLedger, path: &str, ts: Timestamp) -> Answer {
+    let range = |start, end| Some(pb::TimeRange { start, end });
+    let mut req = pb::ListPostingsRequest::default();
+    match path {
+        "recorded.start" => req.recorded = range(Some(ts), None),
+        "recorded.end" => req.recorded = range(None, Some(ts)),
+        "effective.start" => req.effective = range(Some(ts), None),
+        "effective.end" => req.effective = range(None, Some(ts)),
+        other => panic!("no row for the range field {other}: add one"),
+    }
+    t.client.clone().list_postings(req).await?;
+    Ok(None)
+}
+
 /// A read at `as_of`; `GetBalance` echoes the applied effective cut-off.
 async fn read_at(t: &TestLedger, method: &str, as_of: pb::AsOf) -> Answer {
     let mut c = t.client.clone();
@@ -262,6 +280,15 @@ async fn read_at(t: &TestLedger, method: &str, as_of: pb::AsOf) -> Answer {
             };
             c.list_entries(req).await?;
             Ok(None)
+        }
+        "ListRollups" => {
+            let req = pb::ListRollupsRequest {
+                depth: 1,
+                as_of,
+                ..Default::default()
+            };
+            let applied = c.list_rollups(req).await?.into_inner().as_of.unwrap();
+            Ok(echo.and(applied.effective_at))
         }
         other => panic!("no row for the method {other}: add one"),
     }
@@ -334,7 +361,7 @@ async fn every_timestamp_field_of_every_request_takes_the_protos_whole_range_and
         .await
         .unwrap();
     let fields = request_timestamp_fields();
-    assert_eq!(fields.len(), 17, "the walk found the fields: {fields:?}");
+    assert_eq!(fields.len(), 23, "the walk found the fields: {fields:?}");
     let mut wrong = Vec::new();
     for field in &fields {
         for (what, ts) in out_of_range() {

@@ -263,6 +263,7 @@ fn one_read_call(method: &str, posting_id: &str) -> Vec<u8> {
             account,
             page_size: 10,
             page_token: token,
+            ..Default::default()
         }
         .encode_to_vec(),
         "GetBalance" => pb::GetBalanceRequest {
@@ -314,6 +315,11 @@ fn one_read_call(method: &str, posting_id: &str) -> Vec<u8> {
         }
         .encode_to_vec(),
         "ListPeriodCloses" => pb::ListPeriodClosesRequest::default().encode_to_vec(),
+        "ListRollups" => pb::ListRollupsRequest {
+            depth: 2,
+            ..Default::default()
+        }
+        .encode_to_vec(),
         other => panic!("no call of {other}"),
     }
 }

@@ -390,6 +390,12 @@ async fn call_in_nul_ledger(c: &mut Client, rpc: &str) -> Result<(), tonic::Stat
                 ..Default::default()
             })
             .await),
+        "ListRollups" => ok(c
+            .list_rollups(pb::ListRollupsRequest {
+                ledger: ledger(),
+                ..Default::default()
+            })
+            .await),
         other => panic!("no row for {other}.ledger: add one to this table"),
     }
 }
@@ -432,6 +438,51 @@ async fn call_journal_rpc(
             ok(c.close_period(close(|r| r.memo = NUL.into())).await),
             Code::InvalidArgument,
             "INVALID_FIELD",
+        ),
+        "ListPostings.caller" => (
+            ok(c.list_postings(pb::ListPostingsRequest {
+                caller: NUL.into(),
+                ..Default::default()
+            })
+            .await),
+            Code::InvalidArgument,
+            "INVALID_FIELD",
+        ),
+        "ListPostings.metadata.key" => (
+            ok(c.list_postings(pb::ListPostingsRequest {
+                metadata: meta(NUL, "v"),
+                ..Default::default()
+            })
+            .await),
+            Code::InvalidArgument,
+            "INVALID_FIELD",
+        ),
+        "ListPostings.metadata.value" => (
+            ok(c.list_postings(pb::ListPostingsRequest {
+                metadata: meta("k", NUL),
+                ..Default::default()
+            })
+            .await),
+            Code::InvalidArgument,
+            "INVALID_FIELD",
+        ),
+        "ListRollups.prefix" => (
+            ok(c.list_rollups(pb::ListRollupsRequest {
+                prefix: NUL.into(),
+                ..Default::default()
+            })
+            .await),
+            Code::InvalidArgument,
+            "INVALID_ACCOUNT_CODE",
+        ),
+        "ListRollups.page_token" => (
+            ok(c.list_rollups(pb::ListRollupsRequest {
+                page_token: NUL.into(),
+                ..Default::default()
+            })
+            .await),
+            Code::InvalidArgument,
+            "INVALID_PAGE_TOKEN",
         ),
         "ListPeriodCloses.page_token" => (
             ok(c.list_period_closes(pb::ListPeriodClosesRequest {

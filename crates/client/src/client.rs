@@ -7,6 +7,9 @@
 mod accounts;
 mod journal;
 mod ledgers;
+mod queries;
+
+pub use queries::PostingPage;
 
 use crate::amount::to_wire;
 use crate::calls::{

@@ -76,7 +76,7 @@ mod types;
 
 pub use amount::{from_wire, to_wire, to_wire_signed, Amount, MAX_AMOUNT_DIGITS, MAX_SCALE};
 pub use calls::{ClientStats, MAX_BATCH_REQUESTS, MAX_BATCH_REQUEST_BYTES};
-pub use client::{Client, ClientOptions, PostingBy, MAX_CACHED_ACCOUNTS, PAGE_SIZE};
+pub use client::{Client, ClientOptions, PostingBy, PostingPage, MAX_CACHED_ACCOUNTS, PAGE_SIZE};
 pub use coalesce::{Coalesce, COALESCE_MAX_IN_FLIGHT, COALESCE_QUEUE_CALLS};
 pub use connect::{
     chain, connect, server_url, Bearer, ConnectOptions, RawClient, CONNECT_TIMEOUT,
@@ -91,8 +91,8 @@ pub use types::{
     validate_ledger_code, Account, AccountStatus, AccountUpdate, AccountVersionInfo, Applied, AsOf,
     Balance, Condition, ConditionCheck, CreatedLedger, CurrencyTotal, DebitLimit, Direction, Entry,
     Hold, HoldStatus, Ledger, LedgerPage, Leg, Metadata, NewAccount, NewCapture, NewLedger,
-    NewPosting, NewVoid, NormalBalance, Posted, Posting, PostingKind, TrialBalance, DEFAULT_LEDGER,
-    MAX_LEDGER_CODE_CHARS,
+    NewPosting, NewVoid, NormalBalance, Posted, Posting, PostingFilter, PostingKind, Rollup,
+    RollupTotal, Rollups, TimeRange, TrialBalance, DEFAULT_LEDGER, MAX_LEDGER_CODE_CHARS,
 };
 
 /// The contract `ledger.v1`: messages and the gRPC client (server stubs with `server`).

@@ -14,6 +14,8 @@ pub mod page_token;
 pub mod period;
 pub mod posting;
 pub mod record;
+pub mod rollup;
+pub mod search;
 pub mod statement;
 pub mod terms;
 pub mod write;

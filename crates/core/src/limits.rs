@@ -85,6 +85,10 @@ pub const MAX_CURRENCY_CHARS: usize = 16;
 pub const MAX_TOKEN_TOTALS: usize = 64;
 /// Currencies in one trial balance (`ListBalances` totals), at most; narrow the prefix beyond.
 pub const MAX_TRIAL_BALANCE_CURRENCIES: usize = 1000;
+/// Segments below its prefix a `ListRollups` goes, at most (a code has at most 64).
+pub const MAX_ROLLUP_DEPTH: u32 = 16;
+/// Metadata entries a `ListPostings` filter may require, at most.
+pub const MAX_FILTER_METADATA: usize = 16;
 
 /// The earliest second of any time a request carries (`effective_at`, `hold_expires_at`,
 /// `as_of`): 0001-01-01T00:00:00Z, the first of a `google.protobuf.Timestamp`. Every time

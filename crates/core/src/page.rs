@@ -11,6 +11,7 @@ use super::limits::{
     MAX_PAGE_SIZE,
 };
 use super::record::{Balance, CurrencyTotal, Entry, Posting};
+use super::rollup::Rollup;
 
 /// An upper bound of the bytes an item takes in a response's protobuf encoding. Each field
 /// is counted at its content plus [`FIELD_OVERHEAD`] (tag and length), which bounds the
@@ -117,6 +118,17 @@ impl WireSize for Balance {
 impl WireSize for CurrencyTotal {
     fn wire_size(&self) -> usize {
         FIELD_OVERHEAD + text(&self.currency) + 4 * (FIELD_OVERHEAD + AMOUNT_TEXT_MAX)
+    }
+}
+
+impl WireSize for Rollup {
+    fn wire_size(&self) -> usize {
+        let totals: usize = self
+            .totals
+            .iter()
+            .map(|t| 2 * FIELD_OVERHEAD + t.currency.len() + 6 * (FIELD_OVERHEAD + AMOUNT_TEXT_MAX))
+            .sum();
+        FIELD_OVERHEAD + text(&self.node) + SCALAR + totals
     }
 }
 

@@ -149,6 +149,11 @@ impl Reader {
         String::from_utf8(bytes.to_vec()).map_err(|_| invalid())
     }
 
+    /// Whether every field was read (a token of an older server may hold fewer).
+    pub fn is_done(&self) -> bool {
+        self.at == self.body.len()
+    }
+
     /// Every field was read: a token with more than its query writes is not one of ours.
     pub fn finish(self) -> Result<(), LedgerError> {
         if self.at == self.body.len() {

@@ -11,6 +11,7 @@ use std::time::SystemTime;
 
 mod account;
 mod ledger;
+mod queries;
 mod reads;
 
 pub use account::{
@@ -22,6 +23,7 @@ pub use ledger::{
     validate_ledger_code, CreatedLedger, Ledger, LedgerPage, NewLedger, DEFAULT_LEDGER,
     MAX_LEDGER_CODE_CHARS,
 };
+pub use queries::{PostingFilter, Rollup, RollupTotal, Rollups, TimeRange};
 pub use reads::{Applied, AsOf, Balance, CurrencyTotal, Entry, TrialBalance};
 
 /// Metadata entries (up to 32; keys 1..64 bytes, values ≤ 512 bytes).
@@ -90,7 +92,7 @@ pub(crate) fn time_to_pb(t: SystemTime) -> prost_types::Timestamp {
     t.into()
 }
 
-pub(super) fn time_from_pb(
+pub(crate) fn time_from_pb(
     field: &str,
     t: Option<prost_types::Timestamp>,
 ) -> Result<SystemTime, Error> {

@@ -862,6 +862,7 @@ svc writer {} {column}",
             ("GetInclusionProof", [true, true, true]),
             ("GetConsistencyProof", [true, true, true]),
             ("ListPeriodCloses", [true, true, true]),
+            ("ListRollups", [true, true, true]),
             ("ClosePeriod", [false, false, true]),
         ];
         for (method, allowed) in table {

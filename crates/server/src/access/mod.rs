@@ -31,7 +31,7 @@ use tonic::Code;
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The methods of `ledger.v1.Ledger` (metric labels are only ever one of these or `unknown`).
-pub const METHODS: [&str; 22] = [
+pub const METHODS: [&str; 23] = [
     "CreateAccount",
     "GetAccount",
     "UpdateAccount",
@@ -46,6 +46,7 @@ pub const METHODS: [&str; 22] = [
     "GetBalance",
     "ListBalances",
     "ListEntries",
+    "ListRollups",
     "CreateLedger",
     "GetLedger",
     "ListLedgers",

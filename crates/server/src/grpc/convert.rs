@@ -328,6 +328,25 @@ pub fn batch_result_to_pb(
 }
 
 /// A requested cut-off.
+/// ListPostings' filters besides the account.
+pub fn posting_filter_from_pb(
+    r: &pb::ListPostingsRequest,
+) -> Result<ledger_core::search::PostingFilter, LedgerError> {
+    let range = |field: &str, t: Option<pb::TimeRange>| -> Result<_, LedgerError> {
+        let t = t.unwrap_or_default();
+        Ok(ledger_core::search::TimeRange {
+            start: opt_time(&format!("{field}.start"), t.start.as_ref())?,
+            end: opt_time(&format!("{field}.end"), t.end.as_ref())?,
+        })
+    };
+    Ok(ledger_core::search::PostingFilter {
+        metadata: metadata(r.metadata.clone()),
+        recorded: range("recorded", r.recorded)?,
+        effective: range("effective", r.effective)?,
+        caller: (!r.caller.is_empty()).then(|| r.caller.clone()),
+    })
+}
+
 pub fn as_of_from_pb(a: Option<pb::AsOf>) -> Result<AsOf, LedgerError> {
     let a = a.unwrap_or_default();
     Ok(AsOf {
@@ -368,6 +387,38 @@ pub fn total_to_pb(t: &CurrencyTotal) -> pb::CurrencyTotal {
         credits: format_minor(t.credits, t.scale),
         held_debits: format_minor(t.held_debits, t.scale),
         held_credits: format_minor(t.held_credits, t.scale),
+    }
+}
+
+/// A rollup node; amounts at their currency's scale.
+pub fn rollup_to_pb(r: &ledger_core::rollup::Rollup) -> pb::Rollup {
+    let total = |t: &ledger_core::rollup::RollupTotal| pb::RollupTotal {
+        currency: t.currency.clone(),
+        debits: format_minor(t.debits, t.scale),
+        credits: format_minor(t.credits, t.scale),
+        balance: format_minor(t.balance, t.scale),
+        held_debits: format_minor(t.held_debits, t.scale),
+        held_credits: format_minor(t.held_credits, t.scale),
+        available: format_minor(t.available, t.scale),
+    };
+    pb::Rollup {
+        node: r.node.clone(),
+        account_count: r.account_count,
+        totals: r.totals.iter().map(total).collect(),
+    }
+}
+
+/// ListRollups' answer: its page, the cut-off it applied, the next page's token.
+pub fn rollups_to_pb(
+    page: &[ledger_core::rollup::Rollup],
+    at: &AppliedAsOf,
+    next: String,
+) -> pb::ListRollupsResponse {
+    pb::ListRollupsResponse {
+        rollups: page.iter().map(rollup_to_pb).collect(),
+        as_of: Some(applied_to_pb(at)),
+        as_of_sequence: in_ledger(at.sequence),
+        next_page_token: next,
     }
 }
 

@@ -281,9 +281,10 @@ impl ledger_server::Ledger for LedgerGrpc {
         let r = req.into_inner();
         let result = async {
             let book = self.book(&grants, &r.ledger).await?;
+            let filter = posting_filter_from_pb(&r)?;
             let (postings, next) = self
                 .ledger
-                .list_postings(&book, &r.account, r.page_size, &r.page_token)
+                .list_postings(&book, &r.account, &filter, r.page_size, &r.page_token)
                 .await?;
             Ok(pb::ListPostingsResponse {
                 postings: postings
@@ -326,6 +327,24 @@ impl ledger_server::Ledger for LedgerGrpc {
                 totals: totals.iter().map(total_to_pb).collect(),
                 next_page_token: next,
             })
+        };
+        reply(result.await)
+    }
+
+    async fn list_rollups(
+        &self,
+        req: Request<pb::ListRollupsRequest>,
+    ) -> Reply<pb::ListRollupsResponse> {
+        let grants = grants(&req);
+        let r = req.into_inner();
+        let result = async {
+            let book = self.book(&grants, &r.ledger).await?;
+            let as_of = as_of_from_pb(r.as_of)?;
+            let (page, at, next) = self
+                .ledger
+                .list_rollups(&book, &r.prefix, r.depth, as_of, r.page_size, &r.page_token)
+                .await?;
+            Ok(rollups_to_pb(&page, &at, next))
         };
         reply(result.await)
     }

@@ -11,6 +11,7 @@ use ledger_core::limits::{add_to_sum, MAX_LEGS, MAX_TOKEN_TOTALS, MAX_TRIAL_BALA
 use ledger_core::page::{Fill, WireSize};
 use ledger_core::page_token::{self, Reader, Writer};
 use ledger_core::record::{AppliedAsOf, AsOf, Balance, CurrencyTotal, Entry, Posting};
+use ledger_core::search::PostingFilter;
 use ledger_core::statement::{self, Cursor};
 use ledger_core::{LedgerError, Reason};
 use std::collections::BTreeMap;
@@ -81,8 +82,9 @@ impl Source for Accounts<'_> {
 struct Postings<'a> {
     client: &'a crate::storage::Conn,
     book: &'a Book,
-    account_id: Option<i64>,
+    search: storage::read::Search<'a>,
     start: i64,
+    upper: i64,
 }
 
 impl Source for Postings<'_> {
@@ -96,8 +98,8 @@ impl Source for Postings<'_> {
         storage::read::list_postings(
             self.client,
             self.book.id,
-            self.account_id,
-            after,
+            &self.search,
+            (after, self.upper),
             ask as i64,
         )
         .await
@@ -141,7 +143,7 @@ impl Source for Balances<'_> {
 /// A page token's scope: what it pages over, and in which ledger (a token of one ledger's
 /// page is refused on another's). The default ledger's scopes are those tokens had before
 /// ledgers existed.
-fn scope(book: &Book, what: String) -> String {
+pub(super) fn scope(book: &Book, what: String) -> String {
     match book.id {
         DEFAULT_LEDGER_ID => what,
         id => format!("{what}@ledger:{id}"),
@@ -156,13 +158,13 @@ fn invalid_token(what: &str) -> LedgerError {
     .with("field", "page_token")
 }
 
-fn write_at(w: &mut Writer, at: &AppliedAsOf) {
+pub(super) fn write_at(w: &mut Writer, at: &AppliedAsOf) {
     w.int(at.recorded_at.unix_timestamp_nanos())
         .int(at.effective_at.unix_timestamp_nanos())
         .int(i128::from(at.sequence));
 }
 
-fn read_at(r: &mut Reader) -> Result<AppliedAsOf, LedgerError> {
+pub(super) fn read_at(r: &mut Reader) -> Result<AppliedAsOf, LedgerError> {
     let time =
         |n: i128| OffsetDateTime::from_unix_timestamp_nanos(n).map_err(|_| invalid_token("time"));
     Ok(AppliedAsOf {
@@ -256,40 +258,55 @@ impl Ledger {
         Ok((page, next))
     }
 
-    /// Postings in sequence order, optionally only those touching an account.
+    /// Postings in sequence order that `account` (when not empty) and `filter` keep. The
+    /// first page fixes the last sequence the listing includes (its token carries it), so a
+    /// token always gives the same page, however many postings are recorded meanwhile.
     pub async fn list_postings(
         &self,
         book: &Book,
         account: &str,
+        filter: &PostingFilter,
         size: u32,
         token: &str,
     ) -> Result<(Vec<Posting>, String), LedgerError> {
+        filter.validate()?;
         let limit = page_size(size)? as usize;
         let account_id = match account {
             "" => None,
             code => Some(self.get_account(book, code).await?.id),
         };
-        let scope = scope(book, format!("postings:{account}"));
-        let start = match token {
-            "" => 0,
+        let scope = scope(book, format!("postings:{account}{}", filter.scope()));
+        let (start, upper) = match token {
+            "" => (0, None),
             t => {
                 let mut r = page_token::open(&self.page_key, &scope, t)?;
                 let after = r.int_as()?;
+                // A token of a server before search carries no end: the listing's present.
+                let upper = if r.is_done() { None } else { Some(r.int_as()?) };
                 r.finish()?;
-                after
+                (after, upper)
             }
         };
         let client = self.client().await?;
+        let upper = match upper {
+            Some(u) => u,
+            None => storage::read::last_sequence(&client, book.id)
+                .await
+                .map_err(StorageError::into_ledger_error)?,
+        };
+        let search = storage::read::Search { account_id, filter };
         let mut src = Postings {
             client: &client,
             book,
-            account_id,
+            search,
             start,
+            upper,
         };
         let (page, more) = fill(&mut src, limit, 0).await?;
         let next = match page.last() {
             Some(last) if more => Writer::new()
                 .int(i128::from(last.sequence))
+                .int(i128::from(upper))
                 .seal(&self.page_key, &scope),
             _ => String::new(),
         };

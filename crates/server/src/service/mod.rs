@@ -9,6 +9,7 @@ pub mod journal;
 pub mod ledgers;
 pub mod lists;
 pub mod replicas;
+pub mod rollups;
 
 use crate::storage::{self, accounts::Created, Pool, StorageError};
 use crate::writer::{BatchObserver, Writer, WriterTuning};

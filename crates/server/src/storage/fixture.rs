@@ -186,6 +186,114 @@ fn history_sql(h: &History) -> String {
     )
 }
 
+/// The finance benchmark's book: a chart of `accounts` accounts under the five top segments
+/// (assets, liabilities, equity, income, expenses; two levels of groups below them), and
+/// `postings` two-leg postings between random accounts recorded evenly over `days` up to a
+/// minute ago, a share back- and a share future-dated by up to 20 days, a share holds (open);
+/// each with metadata `order` (20 postings per order) and one of two callers.
+#[derive(Clone, Debug)]
+pub struct Chart {
+    pub accounts: i64,
+    pub postings: i64,
+    pub days: i64,
+    /// Percent of postings back-dated, and the same percent future-dated.
+    pub irregular_percent: i64,
+    /// Percent of postings that are open holds.
+    pub hold_percent: i64,
+}
+
+/// The top segment and the group of account `i` of a chart, and its normal side.
+const CHART_GROUPS: &str = "CASE i % 10
+    WHEN 0 THEN 'assets:bank' WHEN 1 THEN 'assets:receivables' WHEN 2 THEN 'liabilities:payables'
+    WHEN 3 THEN 'liabilities:customers' WHEN 4 THEN 'liabilities:customers' WHEN 5 THEN 'income:fees'
+    WHEN 6 THEN 'income:interest' WHEN 7 THEN 'expenses:cloud' WHEN 8 THEN 'expenses:payroll'
+    ELSE 'equity:capital' END";
+
+impl Fixture {
+    /// Loads `c` into an empty journal (one transaction), then vacuums and analyzes.
+    pub async fn load_chart(&self, c: &Chart) -> Result<(), StorageError> {
+        self.db.batch_execute(&chart_sql(c)).await?;
+        for t in [
+            "accounts",
+            "account_totals",
+            "entries",
+            "postings",
+            "hold_legs",
+            "idempotency_keys",
+        ] {
+            self.db
+                .batch_execute(&format!("VACUUM ANALYZE {t}"))
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+fn chart_sql(c: &Chart) -> String {
+    let (n, p, pct, holds) = (c.accounts, c.postings, c.irregular_percent, c.hold_percent);
+    let step_us = c.days * 86_400_000_000 / p.max(1);
+    let orders = (p / 20).max(1);
+    format!(
+        "BEGIN;
+         SELECT setseed(0.17);
+         INSERT INTO accounts (ledger_id, code, currency, scale, normal_balance, allow_negative, metadata)
+           SELECT 0, {CHART_GROUPS} || ':a' || i, 'EUR', 2,
+                  CASE WHEN i % 10 IN (0, 1, 7, 8) THEN 'debit' ELSE 'credit' END, true, '{{}}'
+           FROM generate_series(0, {n} - 1) i;
+         INSERT INTO account_terms (account_id, terms_version, status, balance_floor, balance_ceiling,
+                                    debit_limits, after_sequence, recorded_at, caller, idempotency_key, reason, changed)
+           SELECT account_id, 1, 'open', NULL, NULL, '[]', 0, created_at, '', '', '', '{{}}' FROM accounts;
+         CREATE TEMP TABLE chart_ids ON COMMIT DROP AS
+           SELECT row_number() OVER (ORDER BY account_id) - 1 AS n, account_id FROM accounts;
+         CREATE INDEX ON chart_ids (n);
+         CREATE TEMP TABLE chart_p ON COMMIT DROP AS
+           SELECT s AS sequence,
+                  date_trunc('second', now()) - interval '1 minute' - ({p} - s) * interval '{step_us} microseconds' AS recorded_at,
+                  (random() * 100)::int AS kind, 1 + (random() * 86400e6 * 20)::bigint AS shift,
+                  (random() * ({n} - 1))::int AS da, (random() * ({n} - 1))::int AS ca,
+                  round(0.01 + (random() * 100000)::int::numeric / 100, 2) AS amount,
+                  CASE WHEN s % 2 = 0 THEN 'svc-a' ELSE 'svc-b' END AS caller
+           FROM generate_series(1, {p}) s;
+         UPDATE chart_p SET ca = (ca + 1) % {n} WHERE ca = da;
+         INSERT INTO idempotency_keys (ledger_id, caller, idempotency_key, operation, fingerprint, decided_at)
+           SELECT 0, caller, 'load-' || sequence, 'post', sha256(('load-' || sequence)::bytea), recorded_at FROM chart_p;
+         INSERT INTO postings (sequence, posting_id, caller, idempotency_key, effective_at, recorded_at, memo, metadata, key_id, hold)
+           SELECT sequence, gen_random_uuid(), b.caller, 'load-' || sequence,
+                  CASE WHEN kind < {pct} THEN recorded_at - shift * interval '1 microsecond'
+                       WHEN kind < 2 * {pct} THEN recorded_at + shift * interval '1 microsecond' ELSE recorded_at END,
+                  recorded_at, 'order o-' || (sequence % {orders}),
+                  jsonb_build_object('order', 'o-' || (sequence % {orders})), k.key_id, kind >= 100 - {holds}
+           FROM chart_p b JOIN idempotency_keys k ON k.caller = b.caller AND k.idempotency_key = 'load-' || sequence;
+         CREATE TEMP TABLE chart_l ON COMMIT DROP AS
+           SELECT p.sequence, 0 AS leg_index, d.account_id, 'D'::\"char\" AS direction, b.amount, p.recorded_at, p.effective_at, p.hold
+           FROM chart_p b JOIN postings p USING (sequence) JOIN chart_ids d ON d.n = b.da
+           UNION ALL
+           SELECT p.sequence, 1, k.account_id, 'C'::\"char\", b.amount, p.recorded_at, p.effective_at, p.hold
+           FROM chart_p b JOIN postings p USING (sequence) JOIN chart_ids k ON k.n = b.ca;
+         INSERT INTO hold_legs (sequence, leg_index, account_id, direction, amount)
+           SELECT sequence, leg_index, account_id, direction, amount FROM chart_l WHERE hold;
+         INSERT INTO entries (sequence, leg_index, account_id, direction, amount, account_version,
+                              debits_after, credits_after, recorded_at, effective_at)
+           SELECT sequence, leg_index, account_id, direction, amount, row_number() OVER w,
+                  sum(CASE WHEN direction = 'D' THEN amount ELSE 0 END) OVER w,
+                  sum(CASE WHEN direction = 'C' THEN amount ELSE 0 END) OVER w, recorded_at, effective_at
+           FROM chart_l WHERE NOT hold WINDOW w AS (PARTITION BY account_id ORDER BY sequence, leg_index);
+         INSERT INTO account_totals (account_id, debits, credits, version, last_sequence, held_debits, held_credits)
+           SELECT a.account_id, coalesce(e.d, 0), coalesce(e.c, 0), coalesce(e.v, 0),
+                  greatest(coalesce(e.s, 0), coalesce(h.s, 0)), coalesce(h.d, 0), coalesce(h.c, 0)
+           FROM accounts a
+           LEFT JOIN (SELECT account_id, sum(amount) FILTER (WHERE direction = 'D') AS d,
+                             sum(amount) FILTER (WHERE direction = 'C') AS c, count(*) AS v, max(sequence) AS s
+                      FROM entries GROUP BY account_id) e USING (account_id)
+           LEFT JOIN (SELECT account_id, sum(amount) FILTER (WHERE direction = 'D') AS d,
+                             sum(amount) FILTER (WHERE direction = 'C') AS c, max(sequence) AS s
+                      FROM hold_legs GROUP BY account_id) h USING (account_id);
+         UPDATE ledger_state SET last_sequence = {p}, last_recorded_at = (SELECT max(recorded_at) FROM postings)
+           WHERE ledger_id = 0;
+         COMMIT;"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -73,6 +73,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0017_period_closes",
         include_str!("../../../../migrations/0017_period_closes.sql"),
     ),
+    (
+        "0018_posting_search",
+        include_str!("../../../../migrations/0018_posting_search.sql"),
+    ),
 ];
 
 /// Applies every migration not yet applied. Safe to run from several processes at once.
