@@ -39,6 +39,17 @@ pub(super) struct MigrateDbArgs {
     /// Directory of PostgreSQL's server programs for the embedded PostgreSQL.
     #[arg(long, env = "LEDGER_PG_BIN")]
     pg_bin: Option<PathBuf>,
+    /// Another cluster to migrate as well, NAME=URL as for `serve --cluster` (repeatable;
+    /// the environment variable holds several separated by spaces).
+    #[arg(
+        long = "cluster",
+        env = "LEDGER_CLUSTERS",
+        value_name = "NAME=URL",
+        value_delimiter = ' ',
+        value_parser = parse_cluster,
+        hide_env_values = true
+    )]
+    pub(super) clusters: Vec<(String, String)>,
 }
 
 /// `check`'s and `verify`'s database.
@@ -172,6 +183,19 @@ pub(super) struct OpsArgs {
         hide_env_values = true
     )]
     replica_urls: Vec<String>,
+    /// Another PostgreSQL cluster ledgers may be placed on (`CreateLedger`'s `cluster`), as
+    /// NAME=URL: NAME 1..32 of a-z 0-9 _ - (not `main`: the cluster of --database-url, which
+    /// holds the directory of ledgers), URL as for --database-url. Repeat for several; the
+    /// environment variable holds several separated by spaces. Each is migrated at start.
+    #[arg(
+        long = "cluster",
+        env = "LEDGER_CLUSTERS",
+        value_name = "NAME=URL",
+        value_delimiter = ' ',
+        value_parser = parse_cluster,
+        hide_env_values = true
+    )]
+    clusters: Vec<(String, String)>,
     /// Database role the service acts as (`SET ROLE`). Default: `ledger_app` with the embedded
     /// PostgreSQL (whose pool logs in as `ledger_svc`; migrations run as `postgres`), none with
     /// --database-url (whose user is the service's login); "" for none.
@@ -215,6 +239,22 @@ impl OpsArgs {
                 .filter(|u| !u.trim().is_empty())
                 .cloned()
                 .collect(),
+            clusters: self.clusters.clone(),
         })
     }
+}
+
+/// `--cluster NAME=URL`: a cluster's name (checked as the ledger checks it) and its URL.
+pub fn parse_cluster(s: &str) -> Result<(String, String), String> {
+    let (name, url) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: give NAME=URL (east=postgres://…)"))?;
+    ledger_core::ledger::validate_cluster_name(name).map_err(|e| e.message)?;
+    if name == ledger_core::ledger::MAIN_CLUSTER {
+        return Err("main is the cluster of --database-url; name the others".into());
+    }
+    if url.trim().is_empty() {
+        return Err(format!("--cluster {name}= needs a URL"));
+    }
+    Ok((name.to_owned(), url.to_owned()))
 }

@@ -279,8 +279,9 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
                 },
         } => token(&caller, &role, ledgers.as_deref()),
         Command::Migrate { db } => {
+            let clusters = db.clusters.clone();
             let (url, pg) = database(&db.into(), "migrate", Holding::OrBorrow).await?;
-            let result = migrate(&url).await;
+            let result = migrate(&url, &clusters).await;
             stop_embedded(pg).await?;
             result
         }

@@ -65,15 +65,26 @@ pub(super) fn token(caller: &str, role: &str, ledgers: Option<&str>) -> Result<E
     Ok(ExitCode::SUCCESS)
 }
 
-/// Applies the pending migrations and says which.
-pub(super) async fn migrate(url: &str) -> Result<ExitCode, BoxError> {
-    let applied = ledger_server::storage::migrate(url).await?;
-    let applied = if applied.is_empty() {
-        "none (up to date)".to_string()
-    } else {
-        applied.join(", ")
-    };
-    print(&format!("migrations applied: {applied}\n"))?;
+/// Applies the pending migrations of `main` (`url`) and of every other cluster named, and
+/// says which.
+pub(super) async fn migrate(
+    url: &str,
+    clusters: &[(String, String)],
+) -> Result<ExitCode, BoxError> {
+    ledger_server::server::check_clusters(clusters)?;
+    let main = [("main".to_owned(), url.to_owned())];
+    for (name, url) in main.iter().chain(clusters) {
+        let applied = ledger_server::storage::migrate(url).await?;
+        let applied = if applied.is_empty() {
+            "none (up to date)".to_string()
+        } else {
+            applied.join(", ")
+        };
+        match clusters.is_empty() {
+            true => print(&format!("migrations applied: {applied}\n"))?,
+            false => print(&format!("cluster {name}: migrations applied: {applied}\n"))?,
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -18,12 +18,14 @@ pub(super) async fn serve(
     keeper: Option<&mut Keeper>,
     signal: ShutdownSignal,
 ) -> Result<(), BoxError> {
-    // The in-process publisher logs in as the pool does.
-    let publisher_opts = outbox.publisher(
-        &database_url,
-        ops.db_login.as_deref(),
-        ops.db_role.as_deref(),
-    )?;
+    // The in-process publishers, one per cluster (each elected in its own database), log in
+    // as the pool does.
+    let mut publisher_opts = Vec::new();
+    let main = [("main".to_owned(), database_url.clone())];
+    for (_, url) in main.iter().chain(&ops.clusters) {
+        let opts = outbox.publisher(url, ops.db_login.as_deref(), ops.db_role.as_deref())?;
+        publisher_opts.extend(opts);
+    }
     let server = server::start(ServerOptions {
         listen,
         database_url,
@@ -33,13 +35,13 @@ pub(super) async fn serve(
     .await?;
     // The outbox publisher in-process (--nats-url); it stops after its current batch.
     let (stop_publisher, publisher_stopped) = tokio::sync::watch::channel(false);
-    let publisher = match publisher_opts {
-        Some(opts) => Some(ledger_server::outbox::spawn(opts, publisher_stopped)),
-        None => {
-            tracing::info!("no --nats-url: the outbox publisher is off; events wait in the outbox until `ledger relay` or `ledger serve --nats-url` delivers them");
-            None
-        }
-    };
+    if publisher_opts.is_empty() {
+        tracing::info!("no --nats-url: the outbox publisher is off; events wait in the outbox until `ledger relay` or `ledger serve --nats-url` delivers them");
+    }
+    let publishers: Vec<_> = publisher_opts
+        .into_iter()
+        .map(|opts| ledger_server::outbox::spawn(opts, publisher_stopped.clone()))
+        .collect();
     let gave_up = tokio::select! {
         _ = signal.received() => None,
         failed = keeper_gave_up(keeper) => Some(failed),
@@ -47,7 +49,7 @@ pub(super) async fn serve(
     tracing::info!("shutting down: finishing in-flight requests");
     let _ = stop_publisher.send(true);
     server.shutdown().await?;
-    if let Some(p) = publisher {
+    for p in publishers {
         let _ = p.await;
     }
     if let Some(failed) = gave_up {

@@ -100,6 +100,7 @@ pub fn ledger_json(l: &pb::LedgerInfo) -> Value {
         "description": l.description,
         "metadata": metadata(&l.metadata),
         "createdAt": show_ts(&l.created_at),
+        "cluster": l.cluster,
     })
 }
 

@@ -387,6 +387,7 @@ async fn create_ledger(
         code: code.into(),
         description: format!("the books of {code}"),
         metadata: Default::default(),
+        ..Default::default()
     };
     c.create_ledger(bearer(req, token))
         .await

@@ -525,7 +525,10 @@ async fn observed_writer(
     let batches = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = batches.clone();
     let writer = ledger_server::writer::Writer::spawn(
-        pool,
+        std::sync::Arc::new(ledger_server::storage::clusters::Clusters::new(
+            pool,
+            Vec::new(),
+        )),
         Default::default(),
         Some(std::sync::Arc::new(move |size, _ok| {
             seen.lock().unwrap().push(size)

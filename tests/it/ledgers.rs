@@ -49,6 +49,7 @@ async fn a_ledger_is_created_once_answered_the_same_again_and_refused_with_other
             code: "acme".into(),
             description: "another description".into(),
             metadata: Default::default(),
+            ..Default::default()
         })
         .await
         .unwrap_err();

@@ -12,6 +12,7 @@ mod cli;
 mod cli_accounts;
 mod client;
 mod closes;
+mod clusters;
 mod corrupt;
 mod embedded;
 mod embedded_recovery;

@@ -516,6 +516,7 @@ async fn call_ledger_rpc(
         "CreateLedger.description" => ok(c
             .create_ledger(create(&|r| r.description = NUL.into()))
             .await),
+        "CreateLedger.cluster" => ok(c.create_ledger(create(&|r| r.cluster = NUL.into())).await),
         "CreateLedger.metadata.key" => ok(c
             .create_ledger(create(&|r| r.metadata = meta(NUL, "v")))
             .await),

@@ -339,12 +339,13 @@ mod tests {
     }
 }
 
-/// Accounts kept in memory, by (ledger, code) and by id: they never change once created (a trigger
+/// Accounts kept in memory, by (ledger, code) and by (ledger, id) (an id is unique in its
+/// ledger's cluster, not across clusters): they never change once created (a trigger
 /// refuses updates), so an entry never goes stale. The service looks accounts up by code to
 /// validate requests, the writer by id for their rules; one cache serves both.
 #[derive(Debug)]
 pub struct AccountCache {
-    by_id: HashMap<i64, Account>,
+    by_id: HashMap<(LedgerId, i64), Account>,
     id_of: HashMap<(LedgerId, String), i64>,
     max: usize,
 }
@@ -374,11 +375,12 @@ impl AccountCache {
         // A borrowed key for the lookup would need a key type of its own; codes are short.
         self.id_of
             .get(&(ledger, code.to_owned()))
-            .map(|id| &self.by_id[id])
+            .map(|id| &self.by_id[&(ledger, *id)])
     }
 
-    pub fn by_id(&self, id: i64) -> Option<&Account> {
-        self.by_id.get(&id)
+    /// The account `id` of ledger `ledger`.
+    pub fn by_id(&self, ledger: LedgerId, id: i64) -> Option<&Account> {
+        self.by_id.get(&(ledger, id))
     }
 
     pub fn len(&self) -> usize {
@@ -397,7 +399,7 @@ impl AccountCache {
         }
         for a in accounts {
             self.id_of.insert((a.ledger, a.code.clone()), a.id);
-            self.by_id.insert(a.id, a);
+            self.by_id.insert((a.ledger, a.id), a);
         }
     }
 }
@@ -435,7 +437,7 @@ mod cache_tests {
         cache.fill([account(max)], 1);
         assert_eq!(cache.len(), 1, "past the limit: emptied first");
         assert_eq!(
-            cache.by_id(max).map(|a| a.code.as_str()),
+            cache.by_id(0, max).map(|a| a.code.as_str()),
             Some(format!("a:{max}").as_str())
         );
     }

@@ -11,7 +11,8 @@
 use crate::account::{truncate_for_message, validate_metadata, Metadata};
 use crate::error::{LedgerError, Reason};
 use crate::limits::{
-    MAX_LEDGERS, MAX_LEDGER_CODE_CHARS, MAX_LEDGER_DESCRIPTION_BYTES, SEQUENCE_BITS,
+    MAX_CLUSTER_NAME_CHARS, MAX_LEDGERS, MAX_LEDGER_CODE_CHARS, MAX_LEDGER_DESCRIPTION_BYTES,
+    SEQUENCE_BITS,
 };
 use std::collections::BTreeSet;
 use time::OffsetDateTime;
@@ -49,6 +50,28 @@ pub fn of_sequence(stored: i64) -> LedgerId {
     (stored >> SEQUENCE_BITS) as LedgerId
 }
 
+/// The cluster of `--database-url`: it holds the directory of ledgers, and every ledger not
+/// placed elsewhere.
+pub const MAIN_CLUSTER: &str = "main";
+
+/// A cluster's name: 1..=32 characters of `a-z 0-9 _ -`.
+pub fn validate_cluster_name(name: &str) -> Result<(), LedgerError> {
+    let ok = name
+        .bytes()
+        .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-'));
+    if name.is_empty() || name.len() > MAX_CLUSTER_NAME_CHARS || !ok {
+        return Err(LedgerError::new(
+            Reason::InvalidField,
+            format!(
+                "cluster {:?} must be 1..={MAX_CLUSTER_NAME_CHARS} characters of a-z 0-9 _ - (limit MAX_CLUSTER_NAME_CHARS)",
+                truncate_for_message(name)
+            ),
+        )
+        .with("field", "cluster"));
+    }
+    Ok(())
+}
+
 /// A ledger as stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ledger {
@@ -57,6 +80,8 @@ pub struct Ledger {
     pub description: String,
     pub metadata: Metadata,
     pub created_at: OffsetDateTime,
+    /// The cluster holding its journal ([`MAIN_CLUSTER`] unless placed elsewhere).
+    pub cluster: String,
 }
 
 /// A validated request to create a ledger.
@@ -65,6 +90,8 @@ pub struct NewLedger {
     pub code: String,
     pub description: String,
     pub metadata: Metadata,
+    /// The cluster to place it on.
+    pub cluster: String,
 }
 
 impl NewLedger {
@@ -73,8 +100,14 @@ impl NewLedger {
         code: &str,
         description: &str,
         metadata: Metadata,
+        cluster: &str,
     ) -> Result<NewLedger, LedgerError> {
         validate_ledger_code(code)?;
+        let cluster = match cluster {
+            "" => MAIN_CLUSTER,
+            c => c,
+        };
+        validate_cluster_name(cluster)?;
         if description.len() > MAX_LEDGER_DESCRIPTION_BYTES {
             return Err(LedgerError::limit(
                 "ledger description length in bytes",
@@ -96,6 +129,7 @@ impl NewLedger {
             code: code.to_owned(),
             description: description.to_owned(),
             metadata,
+            cluster: cluster.to_owned(),
         })
     }
 
@@ -107,6 +141,9 @@ impl NewLedger {
         }
         if self.metadata != existing.metadata {
             d.push("metadata");
+        }
+        if self.cluster != existing.cluster {
+            d.push("cluster");
         }
         d
     }
@@ -258,20 +295,29 @@ mod tests {
     fn a_ledger_request_is_refused_for_a_long_description_and_differs_by_attribute() {
         let long = "x".repeat(MAX_LEDGER_DESCRIPTION_BYTES + 1);
         assert_eq!(
-            NewLedger::validate("a", &long, Metadata::new())
+            NewLedger::validate("a", &long, Metadata::new(), "")
                 .unwrap_err()
                 .reason,
             Reason::LimitExceeded
         );
-        let new = NewLedger::validate("a", "books", Metadata::new()).unwrap();
+        let new = NewLedger::validate("a", "books", Metadata::new(), "").unwrap();
         let existing = Ledger {
             id: 1,
             code: "a".into(),
             description: "other".into(),
             metadata: Metadata::new(),
             created_at: OffsetDateTime::UNIX_EPOCH,
+            cluster: MAIN_CLUSTER.into(),
         };
         assert_eq!(new.differences(&existing), ["description"]);
+        let east = NewLedger::validate("a", "other", Metadata::new(), "east").unwrap();
+        assert_eq!(east.differences(&existing), ["cluster"]);
+        assert_eq!(
+            NewLedger::validate("a", "", Metadata::new(), "East!")
+                .unwrap_err()
+                .reason,
+            Reason::InvalidField
+        );
         assert_eq!(new.conflict(&existing).reason, Reason::LedgerConflict);
     }
 }

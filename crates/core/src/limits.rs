@@ -146,6 +146,10 @@ pub const MAX_REMEMBERED_WINDOWS: usize = 100_000;
 /// `storage::batch::memo`); past it, it forgets them all and reads them again.
 pub const MAX_REMEMBERED_LEGS: usize = 1_000_000;
 
+/// Characters of a cluster's name (`serve --cluster NAME=URL`), at most.
+pub const MAX_CLUSTER_NAME_CHARS: usize = 32;
+/// Clusters one server routes to (`main` and those of `--cluster`), at most.
+pub const MAX_CLUSTERS: usize = 16;
 /// Characters of a ledger code.
 pub const MAX_LEDGER_CODE_CHARS: usize = 64;
 /// Bytes of a ledger's description.

@@ -58,6 +58,10 @@ pub struct OpsOptions {
     /// `--replica-url`: hot standbys that answer the as-of reads they can prove (each URL one
     /// read pool; a URL may name several hosts). Their connections log in as the pool's do.
     pub replica_urls: Vec<String>,
+    /// `--cluster NAME=URL`: the other PostgreSQL clusters ledgers may be placed on (the
+    /// `--database-url` is `main`); each migrated at start, its pool's connections logging in
+    /// as the main pool's do.
+    pub clusters: Vec<(String, String)>,
 }
 
 /// A running server.
@@ -68,8 +72,8 @@ pub struct RunningServer {
     access: Arc<AccessState>,
     health: tonic_health::server::HealthReporter,
     metrics_task: Option<tokio::task::JoinHandle<()>>,
-    expiry_task: tokio::task::JoinHandle<()>,
-    pool: Pool,
+    expiry_tasks: Vec<tokio::task::JoinHandle<()>>,
+    clusters: Arc<storage::clusters::Clusters>,
     transport: Transport,
     drain_timeout: Duration,
 }
@@ -95,9 +99,11 @@ impl RunningServer {
         if let Some(t) = self.metrics_task {
             t.abort();
         }
-        self.expiry_task.abort();
+        for t in &self.expiry_tasks {
+            t.abort();
+        }
         // Idle connections close now, cleanly, before the caller stops the database.
-        self.pool.close();
+        self.clusters.close();
         Ok(())
     }
 
@@ -117,12 +123,55 @@ pub fn pool_config(opts: &ServerOptions) -> Result<storage::ConnConfig, storage:
     )
 }
 
+/// The pools of the clusters of `--cluster`, each migrated first.
+async fn other_clusters(
+    opts: &ServerOptions,
+) -> Result<Vec<(String, storage::Pool)>, crate::BoxError> {
+    check_clusters(&opts.ops.clusters)?;
+    let mut out = Vec::new();
+    for (name, url) in &opts.ops.clusters {
+        storage::migrate(url).await?;
+        let cfg = storage::service_config(
+            url,
+            opts.ops.db_login.as_deref(),
+            opts.ops.db_role.as_deref(),
+        )?;
+        out.push((name.clone(), storage::pool_with(cfg, &opts.tuning.pool)?));
+    }
+    Ok(out)
+}
+
+/// The names of `--cluster`: each valid, none `main` and none twice, at most `MAX_CLUSTERS`.
+pub fn check_clusters(clusters: &[(String, String)]) -> Result<(), crate::BoxError> {
+    use ledger_core::limits::MAX_CLUSTERS;
+    if clusters.len() + 1 > MAX_CLUSTERS {
+        return Err(format!(
+            "{} clusters with main, over the limit of {MAX_CLUSTERS} (MAX_CLUSTERS)",
+            clusters.len() + 1
+        )
+        .into());
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (name, _) in clusters {
+        ledger_core::ledger::validate_cluster_name(name).map_err(|e| e.message)?;
+        if name == ledger_core::ledger::MAIN_CLUSTER {
+            return Err("--cluster main=URL: main is the cluster of --database-url".into());
+        }
+        if !seen.insert(name) {
+            return Err(format!("--cluster {name}=… given twice").into());
+        }
+    }
+    Ok(())
+}
+
 /// Migrates the database, then starts serving on `opts.listen` (port 0 picks a free port).
 pub async fn start(opts: ServerOptions) -> Result<RunningServer, crate::BoxError> {
     storage::migrate(&opts.database_url).await?;
     opts.tuning.check()?;
+    let others = other_clusters(&opts).await?;
     let pool = storage::pool_with(pool_config(&opts)?, &opts.tuning.pool)?;
     storage::roles::warn_if_login_can_escalate(&pool).await;
+    let clusters = Arc::new(storage::clusters::Clusters::new(pool.clone(), others));
     let ops = opts.ops;
     let (metrics_addr, metrics_task, observer) = match ops.metrics_listen {
         Some(addr) => {
@@ -134,14 +183,14 @@ pub async fn start(opts: ServerOptions) -> Result<RunningServer, crate::BoxError
     };
     let replicas = replicas(&ops, &opts.tuning, &pool)?;
     let ledger = Ledger::new(
-        pool.clone(),
+        clusters.clone(),
         replicas,
         observer,
         opts.tuning.writer,
         opts.tuning.accounts_cached_max,
     );
     let ledger = Arc::new(ledger.await?);
-    let expiry_task = start_expiry(&ledger, &opts.tuning).await;
+    let expiry_tasks = start_expiry(&ledger, &opts.tuning).await;
 
     let mtls = ops.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
     let access_enabled = ops.auth.is_some() || mtls;
@@ -176,8 +225,8 @@ pub async fn start(opts: ServerOptions) -> Result<RunningServer, crate::BoxError
         access,
         health,
         metrics_task,
-        expiry_task,
-        pool,
+        expiry_tasks,
+        clusters,
         transport,
         drain_timeout: opts.tuning.drain_timeout,
     })
@@ -219,28 +268,41 @@ async fn sample_gauges(pool: &Pool) {
 }
 
 /// Releases the holds that expired while the server was stopped (before it serves), then
-/// starts the expiry task. A release that cannot be recorded now is retried by the task.
+/// starts the expiry tasks, one per cluster. A release that cannot be recorded now is retried
+/// by its task.
 async fn start_expiry(
     ledger: &Arc<Ledger>,
     tuning: &crate::tuning::Tuning,
-) -> tokio::task::JoinHandle<()> {
-    match crate::service::expiry::release_all_due(ledger).await {
-        Ok(0) => {}
-        Ok(n) => tracing::info!(
-            released = n,
-            "released the holds that expired while the server was stopped"
-        ),
-        Err(e) => {
-            tracing::warn!(error = %e, "not every expired hold could be released at start-up; the expiry task retries")
-        }
-    }
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let names: Vec<String> = ledger
+        .clusters()
+        .names()
+        .iter()
+        .map(|n| n.to_string())
+        .collect();
     // A round looks back past any batch still committing (each takes at most its timeout).
     let overlap = (3 * tuning.writer.batch_timeout).max(Duration::from_secs(30));
-    tokio::spawn(crate::service::expiry::run(
-        ledger.clone(),
-        tuning.hold_expiry_poll,
-        overlap,
-    ))
+    let mut tasks = Vec::new();
+    for cluster in names {
+        match crate::service::expiry::release_all_due(ledger, &cluster).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                released = n,
+                cluster,
+                "released the holds that expired while the server was stopped"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, cluster, "not every expired hold could be released at start-up; the expiry task retries")
+            }
+        }
+        tasks.push(tokio::spawn(crate::service::expiry::run(
+            ledger.clone(),
+            cluster,
+            tuning.hold_expiry_poll,
+            overlap,
+        )));
+    }
+    tasks
 }
 
 /// The standbys' read pools (connections made lazily, so a standby that is down delays

@@ -71,6 +71,10 @@ pub enum LedgersCommand {
         /// Metadata entries (repeatable).
         #[arg(long = "meta", visible_alias = "metadata", value_name = "KEY=VALUE", value_parser = parse_meta)]
         metadata: Vec<(String, String)>,
+        /// The PostgreSQL cluster to place it on (one the server has, `serve --cluster
+        /// NAME=URL`); default `main`.
+        #[arg(long, default_value = "")]
+        cluster: String,
         #[command(flatten)]
         common: LedgersCommon,
     },

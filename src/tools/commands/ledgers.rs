@@ -15,12 +15,14 @@ pub async fn ledgers(cmd: LedgersCommand) -> Result<(), ToolError> {
             code,
             description,
             metadata,
+            cluster,
             common,
         } => {
             let req = pb::CreateLedgerRequest {
                 code,
                 description,
                 metadata: metadata.into_iter().collect(),
+                cluster,
             };
             let r = common
                 .client

@@ -12,6 +12,7 @@ pub async fn create_ledger(c: &mut Client, code: &str) -> pb::CreateLedgerRespon
         code: code.into(),
         description: format!("the books of {code}"),
         metadata: Default::default(),
+        ..Default::default()
     })
     .await
     .expect("ledger created")

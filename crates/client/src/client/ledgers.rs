@@ -18,6 +18,7 @@ impl Client {
             code: l.code,
             description: l.description,
             metadata: l.metadata.into_iter().collect(),
+            cluster: l.cluster,
         };
         let r = self
             .calls

@@ -62,6 +62,8 @@ pub struct NewLedger {
     /// At most 1,024 bytes.
     pub description: String,
     pub metadata: Metadata,
+    /// The PostgreSQL cluster to place it on (empty: `main`), one the server was started with.
+    pub cluster: String,
 }
 
 impl NewLedger {
@@ -71,7 +73,14 @@ impl NewLedger {
             code: code.into(),
             description: String::new(),
             metadata: Metadata::new(),
+            cluster: String::new(),
         }
+    }
+
+    /// On that cluster (`serve --cluster NAME=URL`) rather than `main`.
+    pub fn cluster(mut self, cluster: impl Into<String>) -> NewLedger {
+        self.cluster = cluster.into();
+        self
     }
 
     /// With a description.
@@ -94,6 +103,8 @@ pub struct Ledger {
     pub description: String,
     pub metadata: Metadata,
     pub created_at: SystemTime,
+    /// The cluster holding its journal (`main` unless placed elsewhere).
+    pub cluster: String,
 }
 
 impl Ledger {
@@ -103,6 +114,7 @@ impl Ledger {
             code: l.code,
             description: l.description,
             metadata: l.metadata.into_iter().collect(),
+            cluster: l.cluster,
         })
     }
 }
@@ -197,6 +209,7 @@ mod tests {
             description: "Acme Corp".into(),
             metadata: [("region".to_owned(), "eu".to_owned())].into(),
             created_at: Some(SystemTime::UNIX_EPOCH.into()),
+            cluster: "east".into(),
         };
         let created = CreatedLedger::from_pb(pb::CreateLedgerResponse {
             ledger: Some(info.clone()),
@@ -210,6 +223,7 @@ mod tests {
                 description: "Acme Corp".into(),
                 metadata: [("region".to_owned(), "eu".to_owned())].into(),
                 created_at: SystemTime::UNIX_EPOCH,
+                cluster: "east".into(),
             }
         );
         assert!(created.created);
@@ -228,8 +242,13 @@ mod tests {
             code,
             description,
             metadata,
-        } = NewLedger::new("acme").description("d").metadata("k", "v");
+            cluster,
+        } = NewLedger::new("acme")
+            .description("d")
+            .metadata("k", "v")
+            .cluster("east");
         assert_eq!((code.as_str(), description.as_str()), ("acme", "d"));
+        assert_eq!(cluster, "east");
         assert_eq!(metadata["k"], "v");
     }
 }

@@ -434,6 +434,7 @@ pub fn ledger_to_pb(l: &ledger_core::ledger::Ledger) -> pb::LedgerInfo {
         description: l.description.clone(),
         metadata: metadata_to_pb(&l.metadata),
         created_at: Some(time_to_pb(l.created_at)),
+        cluster: l.cluster.clone(),
     }
 }
 

@@ -378,7 +378,13 @@ impl ledger_server::Ledger for LedgerGrpc {
         let r = req.into_inner();
         let result = self
             .ledger
-            .create_ledger(&grants, &r.code, &r.description, metadata(r.metadata))
+            .create_ledger(
+                &grants,
+                &r.code,
+                &r.description,
+                metadata(r.metadata),
+                &r.cluster,
+            )
             .await;
         reply(result.map(|(l, created)| pb::CreateLedgerResponse {
             ledger: Some(ledger_to_pb(&l)),

@@ -58,7 +58,7 @@ impl Ledger {
         after: Option<time::OffsetDateTime>,
         limit: i64,
     ) -> Result<Vec<(PeriodClose, TrialBalance)>, LedgerError> {
-        let client = self.client().await?;
+        let client = self.client_of(book).await?;
         let listed = storage::closes::list(&client, book.id, after, limit)
             .await
             .map_err(StorageError::into_ledger_error)?;
@@ -94,7 +94,7 @@ impl Ledger {
             digest: (size, digest.root),
         };
         let json = totals_json(&tb.totals);
-        let mut client = self.client().await?;
+        let mut client = self.client_of(book).await?;
         storage::closes::record_trial_balance(
             &mut client,
             (book.id, c.effective_before),
@@ -113,7 +113,7 @@ impl Ledger {
         book: &Book,
         at: &AppliedAsOf,
     ) -> Result<(Vec<i64>, Vec<Balance>), LedgerError> {
-        let client = self.client().await?;
+        let client = self.client_of(book).await?;
         let (mut ids, mut out, mut after) = (Vec::new(), Vec::new(), None::<String>);
         loop {
             let page = storage::read::accounts_with_legs(

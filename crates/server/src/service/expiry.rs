@@ -57,9 +57,13 @@ impl Ledger {
     /// in one batch, whatever else is queued).
     pub async fn release_expired(
         &self,
+        cluster: &str,
         from: Option<OffsetDateTime>,
     ) -> Result<Round, LedgerError> {
-        let client = self.client().await?;
+        let pool = self.clusters.named(cluster).ok_or_else(|| {
+            LedgerError::unavailable(format!("no cluster {cluster:?} on this server"))
+        })?;
+        let client = pool.get().await.map_err(LedgerError::unavailable)?;
         let (due, now) = storage::holds::due(&client, from, MAX_EXPIRIES_PER_ROUND)
             .await
             .map_err(storage::StorageError::into_ledger_error)?;
@@ -163,12 +167,12 @@ impl Round {
     }
 }
 
-/// Releases every hold already expired, round after round until none is left or a round
-/// cannot record one: what the server does at start-up, before serving.
-pub async fn release_all_due(ledger: &Ledger) -> Result<usize, LedgerError> {
+/// Releases every hold already expired on `cluster`, round after round until none is left or
+/// a round cannot record one: what the server does at start-up, before serving.
+pub async fn release_all_due(ledger: &Ledger, cluster: &str) -> Result<usize, LedgerError> {
     let mut released = 0;
     loop {
-        let round = ledger.release_expired(None).await?;
+        let round = ledger.release_expired(cluster, None).await?;
         released += round.released;
         if round.failed > 0 {
             return Err(LedgerError::unavailable(format!(
@@ -182,14 +186,20 @@ pub async fn release_all_due(ledger: &Ledger) -> Result<usize, LedgerError> {
     }
 }
 
-/// The expiry task: a round every `poll` ([`HOLD_EXPIRY_POLL`] by default; at once again when
+/// The expiry task of one cluster (one task per cluster, so a cluster that is down delays
+/// only its own): a round every `poll` ([`HOLD_EXPIRY_POLL`] by default; at once again when
 /// a round hit its limit). Each round looks back `overlap` before the last complete round's clock, so a hold
 /// decided before that clock but committed after it (a batch takes at most the writer's
 /// timeout) is still found; holds released already are skipped by the query.
-pub async fn run(ledger: std::sync::Arc<Ledger>, poll: Duration, overlap: Duration) {
+pub async fn run(
+    ledger: std::sync::Arc<Ledger>,
+    cluster: String,
+    poll: Duration,
+    overlap: Duration,
+) {
     let mut from: Option<OffsetDateTime> = None;
     loop {
-        match ledger.release_expired(from).await {
+        match ledger.release_expired(&cluster, from).await {
             Ok(round) => {
                 if round.released > 0 {
                     tracing::info!(released = round.released, "released expired holds");
@@ -201,7 +211,9 @@ pub async fn run(ledger: std::sync::Arc<Ledger>, poll: Duration, overlap: Durati
                     continue;
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "cannot look for expired holds; retrying"),
+            Err(e) => {
+                tracing::warn!(error = %e, cluster, "cannot look for expired holds; retrying")
+            }
         }
         tokio::time::sleep(poll).await;
     }

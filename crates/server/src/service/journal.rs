@@ -42,7 +42,7 @@ fn beyond(book: &Book, size: u64, current: u64) -> LedgerError {
 impl Ledger {
     /// The ledger's digest now, or of the tree of `size` postings.
     pub async fn digest(&self, book: &Book, size: Option<u64>) -> Result<Digest, LedgerError> {
-        let client = self.client().await?;
+        let client = self.client_of(book).await?;
         match storage::journal::digest(&client, book.id, size).await {
             Ok(Some(d)) => Ok(d),
             Ok(None) => {
@@ -75,7 +75,7 @@ impl Ledger {
             )
             .with("posting_id", id.to_string())
         })?;
-        let client = self.client().await?;
+        let client = self.client_of(book).await?;
         let stored = storage::journal::nodes(
             &client,
             book.id,
@@ -114,7 +114,7 @@ impl Ledger {
             .with("field", "from_sequence"));
         }
         let from = self.digest(book, Some(from)).await?;
-        let client = self.client().await?;
+        let client = self.client_of(book).await?;
         let ids = journal::consistency_nodes(from.size, to.size);
         let stored = storage::journal::nodes(&client, book.id, &ids)
             .await

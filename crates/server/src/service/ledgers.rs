@@ -1,11 +1,11 @@
 //! Ledgers: which one a request names (and whether its caller may use it), and the
 //! CreateLedger, GetLedger and ListLedgers operations.
 
-use super::{page_size, Ledger};
+use super::{page_size, unavailable, Ledger};
 use crate::storage::{self, ledgers::Created, StorageError};
 use ledger_core::ledger::{self, Grants, Ledger as Book, NewLedger};
 use ledger_core::page_token::{self, Writer};
-use ledger_core::{LedgerError, Metadata};
+use ledger_core::{LedgerError, Metadata, Reason};
 use std::collections::HashMap;
 use std::sync::RwLock;
 
@@ -66,8 +66,28 @@ impl Ledger {
             .await
             .map_err(StorageError::into_ledger_error)?;
         let book = found.ok_or_else(|| grants.refusal(code))?;
-        self.ledgers.keep(&book);
+        self.settle_placement(&book).await?;
         Ok(book)
+    }
+
+    /// Makes sure the ledger's own cluster has its rows (a create stopped after the
+    /// directory's commit left them out; this finishes it, idempotently), then routes it there.
+    async fn settle_placement(&self, book: &Book) -> Result<(), LedgerError> {
+        if book.cluster != ledger::MAIN_CLUSTER {
+            let Some(target) = self.clusters.named(&book.cluster) else {
+                return Err(unavailable(StorageError::Pool(format!(
+                    "ledger {:?} is on cluster {:?}, which this server was not started with (serve --cluster NAME=URL)",
+                    book.code, book.cluster
+                ))));
+            };
+            let mut on_target = target.get().await.map_err(|e| unavailable(e.into()))?;
+            storage::ledgers::ensure_placed(&mut on_target, book)
+                .await
+                .map_err(StorageError::into_ledger_error)?;
+        }
+        self.clusters.place(book.id, &book.cluster);
+        self.ledgers.keep(book);
+        Ok(())
     }
 
     /// Creates a ledger, or finds the identical one (`created = false`); one with the same
@@ -78,11 +98,23 @@ impl Ledger {
         code: &str,
         description: &str,
         metadata: Metadata,
+        cluster: &str,
     ) -> Result<(Book, bool), LedgerError> {
-        let new = NewLedger::validate(code, description, metadata)?;
+        let new = NewLedger::validate(code, description, metadata, cluster)?;
         if !grants.allows(&new.code) {
             return Err(grants.refusal(&new.code));
         }
+        if self.clusters.named(&new.cluster).is_none() {
+            return Err(LedgerError::new(
+                Reason::InvalidField,
+                format!(
+                    "cluster {:?} is not one this server was started with (it has {}; serve --cluster NAME=URL adds one)",
+                    new.cluster,
+                    self.clusters.names().join(", ")
+                ),
+            )
+            .with("field", "cluster"));
+        };
         let mut client = self.client().await?;
         let created = storage::ledgers::create(&mut client, &new)
             .await
@@ -92,7 +124,10 @@ impl Ledger {
             Created::Existing(b) if new.differences(&b).is_empty() => (b, false),
             Created::Existing(b) => return Err(new.conflict(&b)),
         };
-        self.ledgers.keep(&book);
+        drop(client);
+        // The directory's commit came first: a create stopped here is finished by its retry
+        // or by the ledger's first use on any server.
+        self.settle_placement(&book).await?;
         Ok((book, fresh))
     }
 

@@ -243,7 +243,7 @@ impl Ledger {
                 Some(code)
             }
         };
-        let client = self.client().await?;
+        let client = self.client_of(book).await?;
         let mut src = Accounts {
             client: &client,
             book,
@@ -287,7 +287,7 @@ impl Ledger {
                 (after, upper)
             }
         };
-        let client = self.client().await?;
+        let client = self.client_of(book).await?;
         let upper = match upper {
             Some(u) => u,
             None => storage::read::last_sequence(&client, book.id)

@@ -11,7 +11,7 @@ pub mod lists;
 pub mod replicas;
 pub mod rollups;
 
-use crate::storage::{self, accounts::Created, Pool, StorageError};
+use crate::storage::{self, accounts::Created, clusters::Clusters, Pool, StorageError};
 use crate::writer::{BatchObserver, Writer, WriterTuning};
 use ledger_core::account::validate_code;
 use ledger_core::account::AccountCache;
@@ -32,7 +32,9 @@ use std::sync::{Arc, RwLock};
 
 /// The ledger service.
 pub struct Ledger {
-    pool: Pool,
+    /// The cluster `main` (the directory) and the others (`--cluster`), and which holds each
+    /// ledger, shared with the writer.
+    clusters: Arc<Clusters>,
     writer: Writer,
     /// Accounts in memory, shared with the writer.
     accounts: Arc<RwLock<AccountCache>>,
@@ -83,22 +85,28 @@ impl Ledger {
     /// its writer tuned by `writer`, at most `accounts_cached_max` accounts in memory
     /// (`MAX_CACHED_ACCOUNTS`).
     pub async fn new(
-        pool: Pool,
+        clusters: Arc<Clusters>,
         replicas: Arc<Replicas>,
         observer: Option<BatchObserver>,
         writer: WriterTuning,
         accounts_cached_max: usize,
     ) -> Result<Ledger, StorageError> {
-        let client = pool.get().await?;
+        let client = clusters.main().get().await?;
         let page_key = storage::read::page_token_key(&client).await?;
         // The ledgers known now, so the first calls do not each look theirs up.
         let known =
             storage::ledgers::list(&client, None, None, ledgers::MAX_CACHED_LEDGERS as i64).await?;
         drop(client);
+        // Those on other clusters are left to their first use, which makes sure their cluster
+        // has their rows (`Ledger::ledger_for`).
+        let known: Vec<_> = known
+            .into_iter()
+            .filter(|l| l.cluster == ledger_core::ledger::MAIN_CLUSTER)
+            .collect();
         let accounts = Arc::new(RwLock::new(AccountCache::new(accounts_cached_max)));
-        let writer = Writer::spawn(pool.clone(), accounts.clone(), observer, writer);
+        let writer = Writer::spawn(clusters.clone(), accounts.clone(), observer, writer);
         Ok(Ledger {
-            pool,
+            clusters,
             writer,
             accounts,
             page_key,
@@ -107,13 +115,46 @@ impl Ledger {
         })
     }
 
-    /// The connection pool (health checks, metrics).
+    /// The pool of the cluster `main` (health checks, metrics).
     pub fn pool(&self) -> &Pool {
-        &self.pool
+        self.clusters.main()
     }
 
+    /// The clusters and the ledgers' placements.
+    pub fn clusters(&self) -> &Arc<Clusters> {
+        &self.clusters
+    }
+
+    /// A connection to the cluster `main`, which holds the directory of ledgers.
     pub(crate) async fn client(&self) -> Result<crate::storage::Conn, LedgerError> {
-        self.pool.get().await.map_err(|e| unavailable(e.into()))
+        self.pool().get().await.map_err(|e| unavailable(e.into()))
+    }
+
+    /// The pool of the cluster holding `book`'s journal; `UNAVAILABLE` naming it when this
+    /// server was not started with that cluster.
+    pub(crate) fn pool_of(&self, book: &Book) -> Result<&Pool, LedgerError> {
+        self.clusters.named(&book.cluster).ok_or_else(|| {
+            LedgerError::new(
+                Reason::StorageUnavailable,
+                format!(
+                    "ledger {:?} is on the cluster {:?}, which this server was not started with (serve --cluster {}=URL; it has {})",
+                    book.code,
+                    book.cluster,
+                    book.cluster,
+                    self.clusters.names().join(", ")
+                ),
+            )
+            .with("cluster", &book.cluster)
+        })
+    }
+
+    /// A connection to the cluster holding `book`'s journal (`UNAVAILABLE` when it cannot
+    /// be had: that cluster is down, and only its ledgers wait).
+    pub(crate) async fn client_of(&self, book: &Book) -> Result<crate::storage::Conn, LedgerError> {
+        self.pool_of(book)?
+            .get()
+            .await
+            .map_err(|e| unavailable(e.into()))
     }
 
     /// Creates an account (validated) in `book`, or finds the identical one (`created = false`).
@@ -122,7 +163,7 @@ impl Ledger {
         book: &Book,
         new: NewAccount,
     ) -> Result<(Account, bool), LedgerError> {
-        let mut client = self.client().await?;
+        let mut client = self.client_of(book).await?;
         match storage::accounts::create(&mut client, book.id, &new)
             .await
             .map_err(StorageError::into_ledger_error)?
@@ -157,8 +198,9 @@ impl Ledger {
     ) -> Result<HashMap<String, Account>, LedgerError> {
         let keys: Vec<(ledger_core::ledger::LedgerId, String)> =
             codes.iter().map(|c| (book.id, c.clone())).collect();
+        let pool = self.pool_of(book)?;
         let found = storage::accounts::get_or_load(&self.accounts, &keys, |missing| async move {
-            let client = self.pool.get().await?;
+            let client = pool.get().await?;
             storage::accounts::rows_by_code(&client, &missing).await
         })
         .await
@@ -237,7 +279,7 @@ impl Ledger {
             let applied = self.resolve(book, as_of).await?;
             Some(applied.recorded_at.min(applied.effective_at))
         };
-        let client = self.client().await?;
+        let client = self.client_of(book).await?;
         storage::terms::get_as_of(&client, book.id, code, at)
             .await
             .map_err(StorageError::into_ledger_error)?
@@ -255,7 +297,16 @@ impl Ledger {
         &self,
         accounts: &[Account],
     ) -> Result<HashMap<i64, AccountVersion>, LedgerError> {
-        let client = self.client().await?;
+        let Some(ledger) = accounts.first().map(|a| a.ledger) else {
+            return Ok(HashMap::new());
+        };
+        let pool = self.clusters.pool_of(ledger).ok_or_else(|| {
+            LedgerError::new(
+                Reason::StorageUnavailable,
+                "the cluster of these accounts' ledger is not one this server was started with",
+            )
+        })?;
+        let client = pool.get().await.map_err(|e| unavailable(e.into()))?;
         storage::terms::current_versions(&client, accounts)
             .await
             .map_err(StorageError::into_ledger_error)
@@ -274,7 +325,7 @@ impl Ledger {
         let after = versions_after(token)?;
         let size = page_size(requested).map_err(|e| e.with("field", "page_size"))?;
         let account = self.get_account(book, code).await?;
-        let client = self.client().await?;
+        let client = self.client_of(book).await?;
         let versions = storage::terms::list_versions(&client, &account, after, size)
             .await
             .map_err(StorageError::into_ledger_error)?;
@@ -317,7 +368,7 @@ impl Ledger {
 
     /// A posting of `book` by id, as it is now.
     async fn posting(&self, book: &Book, id: uuid::Uuid) -> Result<Posting, LedgerError> {
-        let client = self.client().await?;
+        let client = self.client_of(book).await?;
         storage::read::posting_by_id(&client, book.id, id)
             .await
             .map_err(StorageError::into_ledger_error)?
@@ -361,7 +412,7 @@ impl Ledger {
             )
             .with("posting_id", p.posting_id));
         }
-        let client = self.client().await?;
+        let client = self.client_of(book).await?;
         let mut then = storage::read::postings_at(&client, &[p.sequence as i64], Some(&at))
             .await
             .map_err(StorageError::into_ledger_error)?;
@@ -377,7 +428,7 @@ impl Ledger {
         as_of: AsOf,
     ) -> Result<Posting, LedgerError> {
         validate_idempotency_key(key)?;
-        let client = self.client().await?;
+        let client = self.client_of(book).await?;
         let found = storage::read::posting_by_key(&client, book.id, caller, key)
             .await
             .map_err(StorageError::into_ledger_error)?;
@@ -402,7 +453,7 @@ impl Ledger {
         book: &Book,
         as_of: AsOf,
     ) -> Result<AppliedAsOf, LedgerError> {
-        let mut client = self.client().await?;
+        let mut client = self.client_of(book).await?;
         storage::read::resolve_as_of(&mut client, book.id, as_of)
             .await
             .map_err(StorageError::into_ledger_error)?

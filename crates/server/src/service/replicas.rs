@@ -150,7 +150,11 @@ impl Ledger {
             }
             other => other,
         };
-        if let Some(standby) = self.replicas.pick() {
+        let standby = match book.cluster == ledger_core::ledger::MAIN_CLUSTER {
+            true => self.replicas.pick(),
+            false => None,
+        };
+        if let Some(standby) = standby {
             let limit = self.replicas.tuning.read_timeout;
             let name = standby.pool.name.as_str();
             match tokio::time::timeout(limit, on_standby(standby, book.id, cut, &read)).await {
@@ -176,7 +180,7 @@ impl Ledger {
             Cut::Requested(as_of) => self.resolve(book, as_of).await?,
             Cut::Applied(at) => at,
         };
-        let client = self.client().await?;
+        let client = self.client_of(book).await?;
         Ok((at, read(&client, &at).await?))
     }
 }

@@ -198,14 +198,37 @@ pub trait AccountKey: Clone + Eq + Hash {
     fn of_row(row: &Row) -> Self;
 }
 
-impl AccountKey for i64 {
+/// An account by its id in its ledger (ids are unique in a cluster, not across clusters).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ById(pub LedgerId, pub i64);
+
+impl AccountKey for ById {
     fn cached(&self, cache: &AccountCache) -> Option<Account> {
-        cache.by_id(*self).cloned()
+        cache.by_id(self.0, self.1).cloned()
     }
 
-    fn of_row(row: &Row) -> i64 {
-        row.get("account_id")
+    fn of_row(row: &Row) -> ById {
+        ById(row.get("ledger_id"), row.get("account_id"))
     }
+}
+
+/// [`get_or_load`] by the ids of accounts of `ledger`, answered by id.
+pub async fn get_or_load_ids<F, Fut>(
+    cache: &RwLock<AccountCache>,
+    ledger: LedgerId,
+    ids: &[i64],
+    fetch: F,
+) -> Result<Found<i64>, StorageError>
+where
+    F: FnOnce(Vec<i64>) -> Fut,
+    Fut: Future<Output = Result<Vec<Row>, StorageError>>,
+{
+    let keys: Vec<ById> = ids.iter().map(|&id| ById(ledger, id)).collect();
+    let found = get_or_load(cache, &keys, |missing| {
+        fetch(missing.into_iter().map(|k| k.1).collect())
+    })
+    .await?;
+    Ok(found.into_iter().map(|(k, a)| (k.1, a)).collect())
 }
 
 impl AccountKey for (LedgerId, String) {

@@ -447,3 +447,74 @@ pub async fn run_in(
     tx.commit().await?;
     Ok(findings)
 }
+
+/// Every ledger's cluster as the directory on `main` says (its latest placement, else `main`):
+/// (id, code, cluster).
+const DIRECTORY_SQL: &str = "SELECT l.ledger_id, l.code, coalesce((SELECT p.cluster FROM ledger_placements p
+     WHERE p.ledger_id = l.ledger_id ORDER BY p.version DESC LIMIT 1), 'main') FROM ledgers l";
+
+/// Every ledger a cluster has, and whether it holds journal rows of it (accounts or postings).
+const HOLDINGS_SQL: &str = "SELECT l.ledger_id, l.code,
+     EXISTS (SELECT 1 FROM accounts a WHERE a.ledger_id = l.ledger_id)
+     OR EXISTS (SELECT 1 FROM postings p WHERE p.sequence > (l.ledger_id::bigint << 40)
+                AND p.sequence < ((l.ledger_id::bigint + 1) << 40))
+     FROM ledgers l";
+
+/// The directory checked against the clusters (by name and URL, `main` first): every ledger a
+/// cluster has is the directory's, by id and code; and journal rows of a ledger are only on
+/// the cluster the directory places it on. Also (cluster, code) of each ledger placed on a
+/// cluster not among them, which was not read.
+pub async fn placements_over(
+    clusters: &[(String, String)],
+) -> Result<(Vec<Finding>, Vec<(String, String)>), StorageError> {
+    use std::collections::HashMap;
+    let main = super::connect(&clusters[0].1).await?;
+    let directory: HashMap<i32, (String, String)> = main
+        .query(DIRECTORY_SQL, &[])
+        .await?
+        .iter()
+        .map(|r| (r.get(0), (r.get(1), r.get(2))))
+        .collect();
+    let mut unread: Vec<(String, String)> = directory
+        .values()
+        .filter(|(_, c)| !clusters.iter().any(|(n, _)| n == c))
+        .map(|(code, c)| (c.clone(), code.clone()))
+        .collect();
+    unread.sort();
+    let mut foreign = Vec::new();
+    let mut misplaced = Vec::new();
+    for (name, url) in clusters {
+        let client = super::connect(url).await?;
+        for r in client.query(HOLDINGS_SQL, &[]).await? {
+            let (id, code, holds): (i32, String, bool) = (r.get(0), r.get(1), r.get(2));
+            match directory.get(&id) {
+                Some((c, _)) if *c != code => foreign.push(format!(
+                    "cluster {name} has ledger id {id} as {code:?}; the directory, as {c:?}"
+                )),
+                None => foreign.push(format!(
+                    "cluster {name} has ledger {code:?} (id {id}), which the directory does not"
+                )),
+                Some((_, placed)) if holds && placed != name => misplaced.push(format!(
+                    "cluster {name} holds journal rows of ledger {code:?}, which the directory places on {placed}"
+                )),
+                Some(_) => {}
+            }
+        }
+    }
+    let finding = |name, examples: Vec<String>| Finding {
+        name,
+        violations: examples.len() as i64,
+        examples: examples.into_iter().take(MAX_EXAMPLES as usize).collect(),
+    };
+    let findings = vec![
+        finding(
+            "every ledger on a cluster is the directory's, by id and code",
+            foreign,
+        ),
+        finding(
+            "a ledger's journal rows are only on the cluster the directory places it on",
+            misplaced,
+        ),
+    ];
+    Ok((findings, unread))
+}

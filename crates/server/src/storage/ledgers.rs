@@ -7,7 +7,10 @@ use deadpool_postgres::GenericClient;
 use ledger_core::ledger::{self, Ledger, LedgerId, NewLedger};
 use tokio_postgres::Row;
 
-const LEDGER_COLUMNS: &str = "l.ledger_id, l.code, l.description, l.metadata, l.created_at";
+/// A ledger's columns and its cluster: its placement of the highest version (none: `main`).
+const LEDGER_COLUMNS: &str = "l.ledger_id, l.code, l.description, l.metadata, l.created_at,
+     coalesce((SELECT p.cluster FROM ledger_placements p WHERE p.ledger_id = l.ledger_id
+               ORDER BY p.version DESC LIMIT 1), 'main') AS cluster";
 
 fn ledger_from_row(row: &Row) -> Result<Ledger, StorageError> {
     let code: String = row.get("code");
@@ -19,6 +22,7 @@ fn ledger_from_row(row: &Row) -> Result<Ledger, StorageError> {
         description: row.get("description"),
         metadata,
         created_at: row.get("created_at"),
+        cluster: row.get("cluster"),
     })
 }
 
@@ -60,22 +64,78 @@ pub async fn create(
             existing.expect("a ledger that conflicted on code exists"),
         ));
     };
-    let created = ledger_from_row(&row)?;
-    let start = ledger::stored(created.id, 0);
+    let mut created = ledger_from_row(&row)?;
+    if new.cluster != ledger::MAIN_CLUSTER {
+        tx.execute(
+            "INSERT INTO ledger_placements (ledger_id, version, cluster) VALUES ($1, 1, $2)",
+            &[&created.id, &new.cluster],
+        )
+        .await?;
+        created.cluster = new.cluster.clone();
+    }
+    state_rows(&tx, created.id).await?;
+    tx.commit().await?;
+    Ok(Created::New(created))
+}
+
+/// A ledger's state row (no posting yet: its stored sequence 0 is `ledger id << 40`) and its
+/// outbox progress; none when it has them.
+async fn state_rows(tx: &impl GenericClient, id: LedgerId) -> Result<(), StorageError> {
+    let start = ledger::stored(id, 0);
     tx.execute(
         "INSERT INTO ledger_state (ledger_id, last_sequence, last_recorded_at)
-         VALUES ($1, $2, '1970-01-01T00:00:00Z')",
-        &[&created.id, &start],
+         VALUES ($1, $2, '1970-01-01T00:00:00Z') ON CONFLICT DO NOTHING",
+        &[&id, &start],
     )
     .await?;
     tx.execute(
         "INSERT INTO outbox_progress (ledger_id, published_sequence, updated_at)
-         VALUES ($1, $2, clock_timestamp())",
-        &[&created.id, &start],
+         VALUES ($1, $2, clock_timestamp()) ON CONFLICT DO NOTHING",
+        &[&id, &start],
     )
     .await?;
+    Ok(())
+}
+
+/// On the cluster a ledger is placed on (not `main`): its row, with the id, code and
+/// attributes the directory gave it, and its state rows, unless they are there (a retry of a
+/// create that stopped after the directory's commit finishes it here).
+pub async fn ensure_placed(
+    client: &mut deadpool_postgres::Client,
+    l: &Ledger,
+) -> Result<(), StorageError> {
+    let tx = client.transaction().await?;
+    tx.execute(
+        "INSERT INTO ledgers (ledger_id, code, description, metadata, created_at)
+         VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+        &[
+            &l.id,
+            &l.code,
+            &l.description,
+            &metadata_to_json(&l.metadata),
+            &l.created_at,
+        ],
+    )
+    .await?;
+    // A cluster that already knew this id or code as another ledger (it was some other
+    // deployment's) must not be written into.
+    let clash = tx
+        .query_opt(
+            "SELECT code FROM ledgers WHERE (ledger_id = $1) <> (code = $2) LIMIT 1",
+            &[&l.id, &l.code],
+        )
+        .await?;
+    if let Some(row) = clash {
+        let other: String = row.get(0);
+        return Err(StorageError::Corrupt {
+            row: format!("ledger {:?} (id {}) on its cluster", l.code, l.id),
+            sequence: None,
+            detail: format!("that cluster has another ledger {other:?} with its id or code"),
+        });
+    }
+    state_rows(&tx, l.id).await?;
     tx.commit().await?;
-    Ok(Created::New(created))
+    Ok(())
 }
 
 /// The ledger with this code.

@@ -77,6 +77,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0018_posting_search",
         include_str!("../../../../migrations/0018_posting_search.sql"),
     ),
+    (
+        "0019_ledger_placements",
+        include_str!("../../../../migrations/0019_ledger_placements.sql"),
+    ),
 ];
 
 /// Applies every migration not yet applied. Safe to run from several processes at once.

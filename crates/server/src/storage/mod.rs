@@ -5,6 +5,7 @@ pub mod accounts;
 pub mod batch;
 pub mod check;
 pub mod closes;
+pub mod clusters;
 pub mod conn;
 pub mod fixture;
 pub mod holds;

@@ -6,7 +6,8 @@
 use super::sched::{Batch, Next, Sched, Wake};
 use super::{apply_checked, BatchObserver, WriterTuning};
 use crate::storage::batch::WindowMemo;
-use crate::storage::{Conn, Pool, StorageError};
+use crate::storage::clusters::Clusters;
+use crate::storage::{Conn, StorageError};
 use ledger_core::account::AccountCache;
 use ledger_core::ledger::LedgerId;
 use ledger_core::write::{Outcome, Queued};
@@ -39,7 +40,8 @@ impl PartialEq for Bell {
 /// What the handles and the lanes share.
 pub(super) struct Shared {
     sched: Mutex<Sched<Job, Bell>>,
-    pool: Pool,
+    /// The pools by cluster and which cluster holds each ledger.
+    clusters: Arc<Clusters>,
     accounts: Arc<RwLock<AccountCache>>,
     /// Per ledger, what its lanes remember of its debit windows (`storage::batch::memo`).
     windows: Mutex<HashMap<LedgerId, Arc<Mutex<WindowMemo>>>>,
@@ -49,14 +51,14 @@ pub(super) struct Shared {
 
 impl Shared {
     pub fn new(
-        pool: Pool,
+        clusters: Arc<Clusters>,
         accounts: Arc<RwLock<AccountCache>>,
         observer: Option<BatchObserver>,
         tuning: WriterTuning,
     ) -> Shared {
         Shared {
             sched: Mutex::new(Sched::new(tuning.limits())),
-            pool,
+            clusters,
             accounts,
             windows: Mutex::default(),
             observer,
@@ -100,8 +102,9 @@ impl Shared {
 async fn run(shared: Arc<Shared>) {
     let bell = Bell::default();
     // The lane keeps its connection between batches (its prepared statements stay cached,
-    // and no pool check per batch); after a failed batch it takes a fresh one.
-    let mut conn: Option<Conn> = None;
+    // and no pool check per batch), with the cluster it is to; after a failed batch, or for
+    // a ledger on another cluster, it takes a fresh one.
+    let mut conn: Option<(String, Conn)> = None;
     let mut done: Option<LedgerId> = None;
     let mut woken = true;
     loop {
@@ -145,7 +148,7 @@ impl Shared {
 
     /// Applies a batch, leaving out callers that gave up (deadline, cancel) before the write,
     /// and answers the others.
-    async fn apply(&self, conn: &mut Option<Conn>, batch: Batch<Job>) {
+    async fn apply(&self, conn: &mut Option<(String, Conn)>, batch: Batch<Job>) {
         let mut requests = Vec::with_capacity(batch.requests);
         let mut replies = Vec::with_capacity(batch.jobs.len());
         for job in batch.jobs {
@@ -176,13 +179,21 @@ impl Shared {
     /// state is unknown) and, on the timeout, closed rather than returned to the pool.
     async fn apply_on(
         &self,
-        conn: &mut Option<Conn>,
+        conn: &mut Option<(String, Conn)>,
         ledger: LedgerId,
         requests: Vec<Queued>,
     ) -> Result<Vec<Outcome>, StorageError> {
+        let cluster = self.clusters.cluster_of(ledger);
         let client = match conn.take() {
-            Some(c) => c,
-            None => self.pool.get().await?,
+            Some((c, client)) if c == cluster => client,
+            _ => match self.clusters.named(&cluster) {
+                Some(pool) => pool.get().await?,
+                None => {
+                    return Err(StorageError::Pool(format!(
+                        "ledger {ledger} is on the cluster {cluster:?}, which this server was not started with"
+                    )))
+                }
+            },
         };
         let limit = self.tuning.batch_timeout;
         let windows = self.windows_of(ledger);
@@ -190,7 +201,7 @@ impl Shared {
         match tokio::time::timeout(limit, applied).await {
             Ok(r) => {
                 if r.is_ok() {
-                    *conn = Some(client);
+                    *conn = Some((cluster, client));
                 }
                 r
             }

@@ -25,8 +25,8 @@ mod lane;
 mod sched;
 
 use crate::storage::batch::{WindowDraft, WindowMemo};
+use crate::storage::StorageError;
 use crate::storage::{self, batch};
-use crate::storage::{Pool, StorageError};
 use lane::{Job, Shared};
 use ledger_core::account::AccountCache;
 use ledger_core::hold::CaptureRequest;
@@ -161,14 +161,15 @@ impl Drop for Open {
 pub type BatchObserver = Arc<dyn Fn(usize, bool) + Send + Sync>;
 
 impl Writer {
-    /// A writer on `pool`; its lanes are started on the current runtime as work comes.
+    /// A writer on `clusters` (each ledger's batches on its cluster's pool); its lanes are
+    /// started on the current runtime as work comes.
     pub fn spawn(
-        pool: Pool,
+        clusters: Arc<crate::storage::clusters::Clusters>,
         accounts: Arc<RwLock<AccountCache>>,
         observer: Option<BatchObserver>,
         tuning: WriterTuning,
     ) -> Writer {
-        let shared = Shared::new(pool, accounts, observer, tuning);
+        let shared = Shared::new(clusters, accounts, observer, tuning);
         Writer {
             open: Arc::new(Open(Arc::new(shared))),
         }
@@ -366,7 +367,8 @@ mod tests {
     /// every batch fails, and its callers are told so.
     fn unreachable(tuning: WriterTuning) -> Writer {
         let pool = crate::storage::pool("postgres://ledger@127.0.0.1:1/ledger", 8).unwrap();
-        Writer::spawn(pool, Default::default(), None, tuning)
+        let clusters = Arc::new(crate::storage::clusters::Clusters::new(pool, Vec::new()));
+        Writer::spawn(clusters, Default::default(), None, tuning)
     }
 
     fn expiry() -> Vec<Command> {

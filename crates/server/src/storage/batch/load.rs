@@ -4,7 +4,7 @@ use super::decided::{claimed_keys, key_states};
 use super::memo::{WindowDraft, WindowMemo};
 use super::terms::load_windows;
 use super::{BEGIN_SQL, CUSTOM_PLANS};
-use crate::storage::accounts::{get_or_load, Found};
+use crate::storage::accounts::{get_or_load_ids, Found};
 use crate::storage::journal::chain_from;
 use crate::storage::read::{direction_from_sql, with_state, TARGET_STATES_SQL};
 use crate::storage::terms::{terms_from_row, TERMS_COLUMNS};
@@ -249,7 +249,7 @@ async fn first_round_trip(
     )?;
     let (callers, keys, ops, fps) = claim_columns(requests, firsts);
     let claim_params: [&(dyn ToSql + Sync); 5] = [&callers, &keys, &ops, &fps, &ledger];
-    let accounts = get_or_load(cache, others, |missing| async move {
+    let accounts = get_or_load_ids(cache, ledger, others, |missing| async move {
         Ok(client.query(&accounts_st, &[&missing]).await?)
     });
     let targets = async {

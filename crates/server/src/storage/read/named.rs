@@ -1,7 +1,7 @@
 //! The postings a batch's voids, captures and expiries name: read by the lane as recorded,
 //! before the batch; their state now, read by the load under the write lock.
 
-use super::super::accounts::{get_or_load, rows_by_id, Found};
+use super::super::accounts::{get_or_load_ids, rows_by_id, Found};
 use super::super::StorageError;
 use super::*;
 use deadpool_postgres::GenericClient;
@@ -118,7 +118,13 @@ async fn leg_accounts(
     cache: &RwLock<AccountCache>,
 ) -> Result<Found<i64>, StorageError> {
     let ids: Vec<i64> = legs.iter().map(|l| l.get("account_id")).collect();
-    get_or_load(cache, &ids, |missing| async move {
+    let Some(ledger) = legs
+        .first()
+        .map(|l| ledger_core::ledger::of_sequence(l.get("sequence")))
+    else {
+        return Ok(Found::new());
+    };
+    get_or_load_ids(cache, ledger, &ids, |missing| async move {
         rows_by_id(client, &missing).await
     })
     .await
