@@ -450,7 +450,8 @@ pub async fn run_in(
 
 /// Every ledger's cluster as the directory on `main` says (its latest placement, else `main`):
 /// (id, code, cluster).
-const DIRECTORY_SQL: &str = "SELECT l.ledger_id, l.code, coalesce((SELECT p.cluster FROM ledger_placements p
+const DIRECTORY_SQL: &str =
+    "SELECT l.ledger_id, l.code, coalesce((SELECT p.cluster FROM ledger_placements p
      WHERE p.ledger_id = l.ledger_id ORDER BY p.version DESC LIMIT 1), 'main') FROM ledgers l";
 
 /// Every ledger a cluster has, and whether it holds journal rows of it (accounts or postings).
