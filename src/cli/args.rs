@@ -67,6 +67,18 @@ pub(super) struct CheckDbArgs {
     /// Directory of PostgreSQL's server programs for the embedded PostgreSQL.
     #[arg(long, env = "LEDGER_PG_BIN")]
     pg_bin: Option<PathBuf>,
+    /// Another cluster to read as well, NAME=URL as for `serve --cluster` (repeatable; the
+    /// environment variable holds several separated by spaces). With --ledger, only the
+    /// cluster the directory places that ledger on is read.
+    #[arg(
+        long = "cluster",
+        env = "LEDGER_CLUSTERS",
+        value_name = "NAME=URL",
+        value_delimiter = ' ',
+        value_parser = parse_cluster,
+        hide_env_values = true
+    )]
+    pub(super) clusters: Vec<(String, String)>,
 }
 
 impl From<MigrateDbArgs> for DbArgs {
@@ -256,5 +268,47 @@ pub fn parse_cluster(s: &str) -> Result<(String, String), String> {
     if url.trim().is_empty() {
         return Err(format!("--cluster {name}= needs a URL"));
     }
+    // Spaces separate clusters (in LEDGER_CLUSTERS and in one --cluster value), so the
+    // keyword=value form (`host=… port=…`) would be cut into pieces that look like clusters.
+    if !["postgres://", "postgresql://"]
+        .iter()
+        .any(|scheme| url.starts_with(scheme))
+    {
+        return Err(format!(
+            "--cluster {name}={url}: give the URL in URI form (postgresql://user@host/db?…); \
+             the keyword=value form has spaces, which separate clusters"
+        ));
+    }
     Ok((name.to_owned(), url.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_cluster;
+
+    #[test]
+    fn a_cluster_is_a_name_and_a_postgresql_uri_and_anything_else_is_refused_with_the_reason() {
+        let ok = "postgresql://svc@db-east/ledger?sslmode=verify-full";
+        assert_eq!(
+            parse_cluster(&format!("east={ok}")),
+            Ok(("east".to_owned(), ok.to_owned()))
+        );
+        assert!(
+            parse_cluster("e2=postgres://h1,h2/ledger?target_session_attrs=read-write").is_ok()
+        );
+        for (given, reason) in [
+            ("east", "give NAME=URL"),
+            (
+                "main=postgresql://h/db",
+                "main is the cluster of --database-url",
+            ),
+            ("East=postgresql://h/db", "cluster"),
+            ("east=", "needs a URL"),
+            ("east=host=/tmp", "URI form"),
+            ("port=5432", "URI form"),
+        ] {
+            let e = parse_cluster(given).expect_err(given);
+            assert!(e.contains(reason), "{given}: {e}");
+        }
+    }
 }

@@ -3,10 +3,12 @@
 //! `mod.rs` has the commands (clap) and their dispatch; `args.rs` the option groups that
 //! several commands share (the database, the outbox publisher, serve's access); `database.rs`
 //! the database a command uses (a URL, or the embedded PostgreSQL); `serve.rs` `ledger serve`;
-//! `operator.rs` `relay`, `token`, `migrate` and `check`; `tuning.rs` serve's knobs.
+//! `operator.rs` `relay`, `token`, `migrate` and `check`; `tuning.rs` serve's knobs;
+//! `clusters.rs` `check` and `verify` over the clusters of a deployment.
 //! `verify.rs` `ledger verify` and `verify_proof.rs` `ledger verify-proof` (docs/verifiable.md).
 
 mod args;
+mod clusters;
 mod database;
 mod operator;
 mod serve;
@@ -289,7 +291,7 @@ async fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             crate::tools::bench::run(args).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Check { db, ledger } => Ok(check_command(db.into(), ledger).await),
+        Command::Check { db, ledger } => Ok(check_command(db, ledger).await),
         Command::Verify(args) => Ok(verify::verify_command(args).await),
         Command::VerifyProof(args) => Ok(verify_proof::verify_proof_command(args)),
         Command::Report(args) => Ok(crate::tools::report::run(args).await?),

@@ -1,7 +1,7 @@
 //! The operator's commands: `relay` (the outbox publisher alone), `token new`, `migrate`,
 //! `check`.
 
-use super::args::{DbArgs, OutboxArgs};
+use super::args::{CheckDbArgs, OutboxArgs};
 use super::database::{database, stop_embedded, Holding};
 use super::serve::ShutdownSignal;
 use crate::tools::output::print_out;
@@ -93,10 +93,15 @@ const RELAY_METRICS_POOL: usize = 1;
 
 /// `ledger check`: 0 when every invariant holds, 1 on a violation, 2 when it could not run
 /// (it says why on stderr).
-pub(super) async fn check_command(db: DbArgs, ledger: Option<String>) -> ExitCode {
+pub(super) async fn check_command(db: CheckDbArgs, ledger: Option<String>) -> ExitCode {
     let result = async {
-        let (url, pg) = database(&db, "check", Holding::OrBorrow).await?;
-        let result = check(&url, ledger.as_deref()).await;
+        let clusters = db.clusters.clone();
+        let (url, pg) = database(&db.into(), "check", Holding::OrBorrow).await?;
+        let ledger = ledger.as_deref();
+        let result = super::clusters::each(&url, &clusters, ledger, |url| async move {
+            check(&url, ledger).await
+        })
+        .await;
         stop_embedded(pg).await?;
         result
     }
@@ -111,10 +116,9 @@ pub(super) async fn check_command(db: DbArgs, ledger: Option<String>) -> ExitCod
     })
 }
 
-/// Prints the invariant report of one ledger (`None`: every ledger); the exit code is 1 when
-/// any invariant is violated.
+/// Prints the invariant report of one ledger (`None`: every ledger) of one database; the exit
+/// code is 1 when any invariant is violated.
 async fn check(url: &str, ledger: Option<&str>) -> Result<ExitCode, BoxError> {
-    use std::fmt::Write as _;
     let mut client = ledger_server::storage::connect(url).await?;
     let scope = match ledger {
         None => None,
@@ -126,27 +130,11 @@ async fn check(url: &str, ledger: Option<&str>) -> Result<ExitCode, BoxError> {
         }
     };
     let findings = ledger_server::storage::check::run_in(&mut client, scope).await?;
-    let mut violated = 0;
-    let mut report = match ledger {
-        Some(code) => format!("ledger {code}\n"),
-        None => String::from("every ledger\n"),
+    let title = match ledger {
+        Some(code) => format!("ledger {code}"),
+        None => String::from("every ledger"),
     };
-    for f in &findings {
-        if f.violations == 0 {
-            let _ = writeln!(report, "ok    {}", f.name);
-        } else {
-            violated += 1;
-            let _ = writeln!(report, "FAIL  {} ({} violations)", f.name, f.violations);
-            for e in &f.examples {
-                let _ = writeln!(report, "        {e}");
-            }
-        }
-    }
-    let _ = writeln!(
-        report,
-        "{} invariants checked, {violated} violated",
-        findings.len()
-    );
+    let (report, violated) = super::clusters::findings_report(&title, &findings);
     print(&report)?;
     Ok(if violated == 0 {
         ExitCode::SUCCESS

@@ -52,8 +52,20 @@ pub(super) fn parse_digest(text: &str) -> Result<HeldDigest, String> {
 pub(super) async fn verify_command(args: VerifyArgs) -> ExitCode {
     let VerifyArgs { db, ledger, digest } = args;
     let result = async {
+        let clusters = db.clusters.clone();
+        if !clusters.is_empty() && ledger.is_none() && !digest.is_empty() {
+            return Err(
+                "--digest needs --ledger when clusters are named: a digest is of one \
+                        ledger, on one cluster"
+                    .into(),
+            );
+        }
         let (url, pg) = database(&db.into(), "verify", Holding::OrBorrow).await?;
-        let result = verify(&url, ledger.as_deref(), &digest).await;
+        let (ledger, digest) = (ledger.as_deref(), &digest);
+        let result = super::clusters::each(&url, &clusters, ledger, |url| async move {
+            verify(&url, ledger, digest).await
+        })
+        .await;
         stop_embedded(pg).await?;
         result
     }

@@ -285,3 +285,107 @@ async fn with_one_cluster_stopped_its_ledgers_answer_unavailable_in_time_and_the
     assert_eq!(postings_in(&t.database_url, "globex").await, 20);
     drop(east_pg);
 }
+
+/// The URI form (`postgresql://…`, as `--cluster` takes it) of a test database's keyword=value
+/// connection string.
+fn uri(conninfo: &str) -> String {
+    let get = |key: &str| {
+        conninfo
+            .split(' ')
+            .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("{conninfo:?} has no {key}"))
+    };
+    format!(
+        "postgresql://{}@/{}?host={}&port={}",
+        get("user"),
+        get("dbname"),
+        get("host"),
+        get("port")
+    )
+}
+
+/// `ledger <command> --database-url URL` with the arguments: its exit code and its output.
+async fn ledger_over(command: &str, main: &str, args: &[&str]) -> (Option<i32>, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_ledger"))
+        .args([command, "--database-url", main])
+        .args(args)
+        .env_remove("LEDGER_CLUSTERS")
+        .output()
+        .await
+        .unwrap();
+    let mut report = String::from_utf8_lossy(&out.stdout).into_owned();
+    report.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status.code(), report)
+}
+
+#[tokio::test]
+async fn check_and_verify_read_every_cluster_named_and_find_a_ledgers_rows_on_the_wrong_one() {
+    let east = pg::shared_cluster().fresh_database().await;
+    let t = TestLedger::start_with(OpsOptions {
+        clusters: vec![("east".into(), east.clone())],
+        ..app_role_ops()
+    })
+    .await;
+    let c = &mut t.client.clone();
+    create_ledger(c, "acme", "east").await;
+    for ledger in ["acme", "default"] {
+        two_accounts(c, ledger).await;
+        for n in 0..3 {
+            c.post(post_in(ledger, &format!("k{n}"))).await.unwrap();
+        }
+    }
+    let main = t.database_url.as_str();
+    let cluster = format!("east={}", uri(&east));
+    for command in ["check", "verify"] {
+        let (code, out) = ledger_over(command, main, &["--cluster", &cluster]).await;
+        assert_eq!(code, Some(0), "{command}:\n{out}");
+        assert!(
+            out.contains("cluster main\n") && out.contains("cluster east\n"),
+            "{command} reads both clusters:\n{out}"
+        );
+        assert!(
+            out.contains("ok    a ledger's journal rows are only on the cluster"),
+            "{out}"
+        );
+        // Without the cluster it says what it did not read.
+        let (code, out) = ledger_over(command, main, &[]).await;
+        assert_eq!(code, Some(0), "{command}:\n{out}");
+        assert!(
+            out.contains("not read: ledger acme on east"),
+            "{command}:\n{out}"
+        );
+        // One ledger is read where the directory places it, or refused naming the flag.
+        let (code, out) =
+            ledger_over(command, main, &["--ledger", "acme", "--cluster", &cluster]).await;
+        assert_eq!(code, Some(0), "{command} --ledger acme:\n{out}");
+        assert!(
+            out.contains("cluster east\n") && !out.contains("cluster main\n"),
+            "{out}"
+        );
+        let (code, out) = ledger_over(command, main, &["--ledger", "acme"]).await;
+        assert_eq!(
+            code,
+            Some(2),
+            "{command} --ledger acme without east:\n{out}"
+        );
+        assert!(out.contains("--cluster east=URL"), "{out}");
+    }
+    // A row of acme's journal written on main (by hand, as the schema's owner) is found.
+    t.db()
+        .await
+        .execute(
+            "INSERT INTO accounts (ledger_id, code, currency, scale, normal_balance, \
+             allow_negative, metadata) SELECT ledger_id, 'stray', 'EUR', 2, 'debit', true, '{}' \
+             FROM ledgers WHERE code = 'acme'",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (code, out) = ledger_over("check", main, &["--cluster", &cluster]).await;
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("FAIL  a ledger's journal rows are only on the cluster")
+            && out.contains("cluster main holds journal rows of ledger \"acme\""),
+        "{out}"
+    );
+}

@@ -454,6 +454,18 @@ const DIRECTORY_SQL: &str =
     "SELECT l.ledger_id, l.code, coalesce((SELECT p.cluster FROM ledger_placements p
      WHERE p.ledger_id = l.ledger_id ORDER BY p.version DESC LIMIT 1), 'main') FROM ledgers l";
 
+/// The cluster the directory on `main` places the ledger with this code on (`None`: no
+/// such ledger).
+pub async fn placed_on(
+    main: &tokio_postgres::Client,
+    code: &str,
+) -> Result<Option<String>, StorageError> {
+    let sql =
+        format!("SELECT cluster FROM ({DIRECTORY_SQL}) d (id, code, cluster) WHERE code = $1");
+    let row = main.query_opt(&sql, &[&code]).await?;
+    Ok(row.map(|r| r.get(0)))
+}
+
 /// Every ledger a cluster has, and whether it holds journal rows of it (accounts or postings).
 const HOLDINGS_SQL: &str = "SELECT l.ledger_id, l.code,
      EXISTS (SELECT 1 FROM accounts a WHERE a.ledger_id = l.ledger_id)
