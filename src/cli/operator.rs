@@ -28,7 +28,8 @@ pub(super) async fn relay(
     let _metrics = match metrics_listen {
         Some(addr) => {
             let pool = ledger_server::storage::pool(database_url, RELAY_METRICS_POOL)?;
-            Some(ledger_server::server::serve_metrics(addr, pool).await?)
+            let main = ledger_core::ledger::MAIN_CLUSTER.to_owned();
+            Some(ledger_server::server::serve_metrics(addr, vec![(main, pool)]).await?)
         }
         None => None,
     };

@@ -389,3 +389,138 @@ async fn check_and_verify_read_every_cluster_named_and_find_a_ledgers_rows_on_th
         "{out}"
     );
 }
+
+/// Acme's journal with one of everything a move must carry: postings, a void, an open hold
+/// with an expiry, a new account version and the refusal it causes (a rejection), and events
+/// not yet published (no publisher runs here).
+async fn one_of_everything(c: &mut LedgerClient<Channel>, ledger: &str) {
+    two_accounts(c, ledger).await;
+    let mut first = None;
+    for n in 0..3 {
+        let r = c.post(post_in(ledger, &format!("p{n}"))).await.unwrap();
+        first.get_or_insert(r.into_inner().posting.unwrap().posting_id);
+    }
+    c.void(pb::VoidRequest {
+        ledger: ledger.into(),
+        posting_id: first.unwrap(),
+        idempotency_key: "void-p0".into(),
+        reason: "typo".into(),
+        ..Default::default()
+    })
+    .await
+    .expect("voided");
+    let expires = time::OffsetDateTime::now_utc() + time::Duration::days(30);
+    let mut hold = post_in(ledger, "hold").into_inner();
+    hold.hold = true;
+    hold.hold_expires_at = Some(prost_types::Timestamp {
+        seconds: expires.unix_timestamp(),
+        nanos: 0,
+    });
+    c.post(hold).await.expect("held");
+    c.update_account(pb::UpdateAccountRequest {
+        ledger: ledger.into(),
+        code: "cash".into(),
+        expected_version: 1,
+        update_mask: Some(prost_types::FieldMask {
+            paths: vec!["debit_limits".into()],
+        }),
+        debit_limits: vec![pb::DebitLimit {
+            amount: "10.00".into(),
+            window_seconds: 60,
+        }],
+        idempotency_key: "limit".into(),
+        reason: "fraud review".into(),
+        ..Default::default()
+    })
+    .await
+    .expect("a new version");
+    let mut big = transfer("too-much", "world", "cash", "100.00");
+    big.ledger = ledger.into();
+    let e = c.post(big).await.unwrap_err();
+    assert_error(&e, Code::FailedPrecondition, "DEBIT_LIMIT_EXCEEDED");
+}
+
+#[tokio::test]
+async fn a_ledger_copied_under_a_fence_has_every_row_on_the_other_cluster_and_writes_wait_unbound()
+{
+    use ledger_server::storage::{ledgers, moves, verify};
+    let east = pg::shared_cluster().fresh_database().await;
+    let t = TestLedger::start_with(OpsOptions {
+        clusters: vec![("east".into(), east.clone())],
+        ..app_role_ops()
+    })
+    .await;
+    let c = &mut t.client.clone();
+    create_ledger(c, "acme", "").await;
+    // East's own ledger takes account ids and key ids there that acme has on main.
+    create_ledger(c, "local", "east").await;
+    one_of_everything(c, "local").await;
+    one_of_everything(c, "acme").await;
+    let mut src = verify::connect(&t.database_url).await.unwrap();
+    let mut dst = verify::connect(&east).await.unwrap();
+    let book = ledgers::get(&src, "acme").await.unwrap().unwrap();
+    let m = moves::Move {
+        id: uuid::Uuid::now_v7(),
+        ledger: book.id,
+        from: "main".into(),
+        to: "east".into(),
+    };
+    moves::set_fence(&mut src, book.id, m.id, true)
+        .await
+        .unwrap();
+    let e = c.post(post_in("acme", "during")).await.unwrap_err();
+    assert_error(&e, Code::Unavailable, "LEDGER_MOVING");
+    assert!(
+        e.message().contains("retry with the same idempotency key"),
+        "{}",
+        e.message()
+    );
+    ledgers::ensure_placed(&mut dst, &book).await.unwrap();
+    let rows = moves::copy(&mut src, &mut dst, &m)
+        .await
+        .expect("copied and verified");
+    assert!(rows > 20, "{rows} rows");
+    assert_eq!(
+        moves::fence_of(&dst, book.id).await.unwrap(),
+        Some((m.id, true))
+    );
+    // The copy verifies on its own (hashes, tree, chain) and has the same head.
+    let there = verify::verify_ledger(&mut dst, (book.id, "acme"), &[])
+        .await
+        .unwrap();
+    let here = verify::verify_ledger(&mut src, (book.id, "acme"), &[])
+        .await
+        .unwrap();
+    assert!(there.first.is_none(), "{:?}", there.first);
+    assert_eq!((there.verified, there.root), (here.verified, here.root));
+    assert_eq!(
+        postings_in(&east, "acme").await,
+        postings_in(main_of(&t), "acme").await
+    );
+    // Every invariant holds on east for both ledgers: acme's accounts got east's own ids.
+    for ledger in ["acme", "local"] {
+        let (code, out) = ledger_over("check", &uri(&east), &["--ledger", ledger]).await;
+        assert_eq!(code, Some(0), "{ledger} on east:\n{out}");
+    }
+    // The fenced copy is no second home: check over both clusters passes.
+    let cluster = format!("east={}", uri(&east));
+    let (code, out) = ledger_over("check", main_of(&t), &["--cluster", &cluster]).await;
+    assert_eq!(code, Some(0), "{out}");
+    // A second copy is refused by the rows already there, and changes nothing.
+    assert!(moves::copy(&mut src, &mut dst, &m).await.is_err());
+    assert_eq!(
+        postings_in(&east, "acme").await,
+        postings_in(main_of(&t), "acme").await
+    );
+    // The fence lifted, the refused key was never bound: its retry is accepted.
+    moves::set_fence(&mut src, book.id, m.id, false)
+        .await
+        .unwrap();
+    c.post(post_in("acme", "during"))
+        .await
+        .expect("accepted after the fence");
+}
+
+fn main_of(t: &TestLedger) -> &str {
+    &t.database_url
+}

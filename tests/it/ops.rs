@@ -317,8 +317,10 @@ pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
 
 #[tokio::test]
 async fn the_metrics_endpoint_shows_counts_that_move_with_requests() {
+    let mx = pg::shared_cluster().fresh_database().await;
     let mut t = TestLedger::start_with(OpsOptions {
         metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
+        clusters: vec![("mx".into(), mx)],
         ..app_role_ops()
     })
     .await;
@@ -341,6 +343,39 @@ async fn the_metrics_endpoint_shows_counts_that_move_with_requests() {
         t.post(transfer(&format!("m{i}"), "equity:world", "acct:0", "1.00"))
             .await
             .unwrap();
+    }
+    // Two events waiting on the cluster `mx`, of a ledger placed there.
+    t.client
+        .create_ledger(pb::CreateLedgerRequest {
+            code: "on-mx".into(),
+            cluster: "mx".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    use crate::support::books::account_in;
+    account_in(
+        &mut t.client,
+        "on-mx",
+        "equity:world",
+        pb::NormalBalance::Credit,
+        true,
+    )
+    .await;
+    account_in(
+        &mut t.client,
+        "on-mx",
+        "acct:0",
+        pb::NormalBalance::Debit,
+        false,
+    )
+    .await;
+    for i in 0..2 {
+        let post = pb::PostRequest {
+            ledger: "on-mx".into(),
+            ..transfer(&format!("x{i}"), "equity:world", "acct:0", "1.00")
+        };
+        t.post(post).await.unwrap();
     }
     let after = scrape(addr).await;
     let moved = |name: &str, labels: &[(&str, &str)]| {
@@ -378,15 +413,32 @@ async fn the_metrics_endpoint_shows_counts_that_move_with_requests() {
         moved("ledger_write_batches_total", &[("result", "ok")]) >= 3.0,
         "{after}"
     );
-    // Gauges are sampled from this server at scrape time.
-    assert_eq!(sample(&after, "ledger_outbox_backlog", &[]), 3.0, "{after}");
-    assert!(sample(&after, "ledger_outbox_oldest_event_age_seconds", &[]) >= 0.0);
-    assert!(
-        after.contains("ledger_outbox_oldest_event_age_seconds "),
+    // Gauges are sampled from this server at scrape time, per cluster: events waiting on
+    // `mx` are its own ledger's.
+    let on_mx = [("cluster", "mx")];
+    let main = [("cluster", "main")];
+    assert_eq!(
+        sample(&after, "ledger_outbox_backlog", &main),
+        3.0,
         "{after}"
     );
     assert_eq!(
-        sample(&after, "ledger_db_pool_max_connections", &[]),
+        sample(&after, "ledger_outbox_backlog", &on_mx),
+        2.0,
+        "{after}"
+    );
+    assert_eq!(
+        sample(&after, "ledger_db_pool_max_connections", &on_mx),
+        8.0,
+        "{after}"
+    );
+    assert!(sample(&after, "ledger_outbox_oldest_event_age_seconds", &[]) >= 0.0);
+    assert!(
+        after.contains("ledger_outbox_oldest_event_age_seconds{cluster=\"main\"} "),
+        "{after}"
+    );
+    assert_eq!(
+        sample(&after, "ledger_db_pool_max_connections", &main),
         8.0,
         "{after}"
     );

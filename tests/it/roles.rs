@@ -57,8 +57,8 @@ async fn the_service_cannot_become_the_owner_nor_disable_or_drop_the_journals_tr
         .unwrap()
         .get(0);
     assert_eq!(
-        enabled, 13,
-        "every append-only trigger (the journal's six tables, ledgers, ledger_placements, account_terms, posting_hashes and the three of period closes) is still there and enabled"
+        enabled, 16,
+        "every append-only trigger (the journal's six tables, ledgers, ledger_placements, account_terms, posting_hashes, the three of period closes and the three of moves) is still there and enabled"
     );
 }
 

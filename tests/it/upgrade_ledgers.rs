@@ -21,7 +21,9 @@ fn downgrade_sql() -> String {
     let end = start + outbox[start..].find("END $$;").unwrap() + "END $$;".len();
     let delete_rule = outbox[start..end].replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION");
     format!(
-        "DROP TABLE ledger_placements;
+        "DROP TABLE ledger_move_ends, ledger_moves, ledger_fences;
+         DELETE FROM schema_migrations WHERE version = '0020_ledger_moves';
+         DROP TABLE ledger_placements;
          DELETE FROM schema_migrations WHERE version = '0019_ledger_placements';
          DROP INDEX postings_metadata, postings_irregular_effective, postings_caller_sequence;
          DELETE FROM schema_migrations WHERE version = '0018_posting_search';

@@ -28,10 +28,14 @@ impl Reason {
     }
 
     /// Whether sending the same request again with the same idempotency key is safe and may
-    /// succeed: the outcome was unknown (the storage failed, the deadline passed). Every
-    /// other reason is a definite answer that a retry would only repeat.
+    /// succeed: the outcome was unknown (the storage failed, the deadline passed) or the
+    /// ledger is being moved (nothing was decided; the move ends). Every other reason is a
+    /// definite answer that a retry would only repeat.
     pub fn is_retry_safe(self) -> bool {
-        matches!(self, Reason::StorageUnavailable | Reason::DeadlineExceeded)
+        matches!(
+            self,
+            Reason::StorageUnavailable | Reason::DeadlineExceeded | Reason::LedgerMoving
+        )
     }
 }
 
@@ -211,7 +215,10 @@ mod tests {
             .filter(|r| r.is_retry_safe())
             .map(|r| r.as_str())
             .collect();
-        assert_eq!(safe, ["STORAGE_UNAVAILABLE", "DEADLINE_EXCEEDED"]);
+        assert_eq!(
+            safe,
+            ["STORAGE_UNAVAILABLE", "DEADLINE_EXCEEDED", "LEDGER_MOVING"]
+        );
     }
 
     #[test]

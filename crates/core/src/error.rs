@@ -64,7 +64,7 @@ impl Reason {
             | Reason::PeriodClosed
             | Reason::PeriodCloseNotForward => Class::FailedPrecondition,
             Reason::AccountVersionMismatch => Class::Aborted,
-            Reason::StorageUnavailable => Class::Unavailable,
+            Reason::StorageUnavailable | Reason::LedgerMoving => Class::Unavailable,
             Reason::Unauthenticated => Class::Unauthenticated,
             Reason::PermissionDenied | Reason::LedgerNotGranted => Class::PermissionDenied,
             Reason::DeadlineExceeded => Class::DeadlineExceeded,
@@ -180,6 +180,7 @@ impl LedgerError {
             | Reason::LedgerNotGranted
             | Reason::LedgerConflict
             | Reason::StorageUnavailable
+            | Reason::LedgerMoving
             | Reason::Unauthenticated
             | Reason::PermissionDenied
             | Reason::DeadlineExceeded

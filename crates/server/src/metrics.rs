@@ -271,20 +271,22 @@ pub struct PoolUse {
     pub waiting: usize,
 }
 
-/// Records the pool's use now.
-pub fn pool_sampled(p: PoolUse) {
-    metrics::gauge!(POOL_MAX).set(p.max as f64);
-    metrics::gauge!(POOL_OPEN).set(p.open as f64);
-    metrics::gauge!(POOL_IN_USE).set(p.in_use as f64);
-    metrics::gauge!(POOL_WAITING).set(p.waiting as f64);
+/// Records the use now of the pool of a cluster (label `cluster`: `main` or a `--cluster`).
+pub fn pool_sampled(cluster: &str, p: PoolUse) {
+    let c = cluster.to_owned();
+    metrics::gauge!(POOL_MAX, "cluster" => c.clone()).set(p.max as f64);
+    metrics::gauge!(POOL_OPEN, "cluster" => c.clone()).set(p.open as f64);
+    metrics::gauge!(POOL_IN_USE, "cluster" => c.clone()).set(p.in_use as f64);
+    metrics::gauge!(POOL_WAITING, "cluster" => c).set(p.waiting as f64);
 }
 
-/// Records the outbox's backlog now: events waiting, and how long the oldest has (`None`:
-/// none waits).
-pub fn outbox_sampled(pending: i64, oldest_age: Option<Duration>) {
-    metrics::gauge!(OUTBOX_BACKLOG).set(pending as f64);
+/// Records a cluster's outbox backlog now: events waiting, and how long the oldest has
+/// (`None`: none waits).
+pub fn outbox_sampled(cluster: &str, pending: i64, oldest_age: Option<Duration>) {
+    let c = cluster.to_owned();
+    metrics::gauge!(OUTBOX_BACKLOG, "cluster" => c.clone()).set(pending as f64);
     let age = oldest_age.map_or(0.0, |d| d.as_secs_f64());
-    metrics::gauge!(OUTBOX_OLDEST_AGE).set(age);
+    metrics::gauge!(OUTBOX_OLDEST_AGE, "cluster" => c).set(age);
 }
 
 /// Serves `GET /metrics` on `listen` (port 0 picks one) until the task is aborted; `sample`

@@ -175,7 +175,8 @@ pub async fn start(opts: ServerOptions) -> Result<RunningServer, crate::BoxError
     let ops = opts.ops;
     let (metrics_addr, metrics_task, observer) = match ops.metrics_listen {
         Some(addr) => {
-            let (addr, task) = serve_metrics(addr, pool.clone()).await?;
+            let pools = clusters.all().map(|(n, p)| (n.to_owned(), p.clone()));
+            let (addr, task) = serve_metrics(addr, pools.collect()).await?;
             let observer: BatchObserver = Arc::new(crate::metrics::write_batch);
             (Some(addr), Some(task), Some(observer))
         }
@@ -233,37 +234,46 @@ pub async fn start(opts: ServerOptions) -> Result<RunningServer, crate::BoxError
 }
 
 /// Serves `/metrics` on `listen` (port 0 picks one) until the task is aborted, the gauges
-/// sampled from `pool` at each scrape (`serve --metrics-listen`, `ledger relay`).
+/// sampled from each cluster's pool at each scrape, labelled `cluster` (`serve --metrics-listen`, `ledger relay`).
 pub async fn serve_metrics(
     listen: SocketAddr,
-    pool: Pool,
+    pools: Vec<(String, Pool)>,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let pools = Arc::new(pools);
     crate::metrics::serve(listen, move || {
-        let pool = pool.clone();
-        async move { sample_gauges(&pool).await }
+        let pools = pools.clone();
+        async move {
+            let each = pools.iter().map(|(name, pool)| sample_gauges(name, pool));
+            futures_util::future::join_all(each).await;
+        }
     })
     .await
 }
 
 /// Samples the gauges: pool use now, and the outbox backlog (skipped, with a warning, when the
 /// database does not answer within METRICS_IO_TIMEOUT).
-async fn sample_gauges(pool: &Pool) {
+async fn sample_gauges(cluster: &str, pool: &Pool) {
     let s = pool.status();
-    crate::metrics::pool_sampled(PoolUse {
-        max: s.max_size,
-        open: s.size,
-        in_use: s.size.saturating_sub(s.available),
-        waiting: s.waiting,
-    });
+    crate::metrics::pool_sampled(
+        cluster,
+        PoolUse {
+            max: s.max_size,
+            open: s.size,
+            in_use: s.size.saturating_sub(s.available),
+            waiting: s.waiting,
+        },
+    );
     let backlog = tokio::time::timeout(METRICS_IO_TIMEOUT, async {
         let client = pool.get().await.map_err(storage::StorageError::from)?;
         storage::outbox::backlog(&client).await
     })
     .await;
     match backlog {
-        Ok(Ok(b)) => crate::metrics::outbox_sampled(b.pending, b.oldest_age),
-        Ok(Err(e)) => tracing::warn!(error = %e, "metrics: cannot read the outbox backlog"),
-        Err(_) => tracing::warn!("metrics: the outbox backlog query timed out"),
+        Ok(Ok(b)) => crate::metrics::outbox_sampled(cluster, b.pending, b.oldest_age),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, cluster, "metrics: cannot read the outbox backlog")
+        }
+        Err(_) => tracing::warn!(cluster, "metrics: the outbox backlog query timed out"),
     }
 }
 

@@ -466,11 +466,14 @@ pub async fn placed_on(
     Ok(row.map(|r| r.get(0)))
 }
 
-/// Every ledger a cluster has, and whether it holds journal rows of it (accounts or postings).
+/// Every ledger a cluster has, and whether it holds journal rows of it (accounts or postings)
+/// that may take writes: a copy a move has fenced (migration 0020) is read-only.
 const HOLDINGS_SQL: &str = "SELECT l.ledger_id, l.code,
-     EXISTS (SELECT 1 FROM accounts a WHERE a.ledger_id = l.ledger_id)
-     OR EXISTS (SELECT 1 FROM postings p WHERE p.sequence > (l.ledger_id::bigint << 40)
-                AND p.sequence < ((l.ledger_id::bigint + 1) << 40))
+     (EXISTS (SELECT 1 FROM accounts a WHERE a.ledger_id = l.ledger_id)
+      OR EXISTS (SELECT 1 FROM postings p WHERE p.sequence > (l.ledger_id::bigint << 40)
+                 AND p.sequence < ((l.ledger_id::bigint + 1) << 40)))
+     AND NOT coalesce((SELECT f.fenced FROM ledger_fences f WHERE f.ledger_id = l.ledger_id
+                       ORDER BY f.fence_no DESC LIMIT 1), false)
      FROM ledgers l";
 
 /// The directory checked against the clusters (by name and URL, `main` first): every ledger a
@@ -525,7 +528,7 @@ pub async fn placements_over(
             foreign,
         ),
         finding(
-            "a ledger's journal rows are only on the cluster the directory places it on",
+            "a ledger's journal rows are only on the cluster the directory places it on (or in a copy a move fenced)",
             misplaced,
         ),
     ];

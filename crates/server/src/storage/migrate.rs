@@ -81,6 +81,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0019_ledger_placements",
         include_str!("../../../../migrations/0019_ledger_placements.sql"),
     ),
+    (
+        "0020_ledger_moves",
+        include_str!("../../../../migrations/0020_ledger_moves.sql"),
+    ),
 ];
 
 /// Applies every migration not yet applied. Safe to run from several processes at once.

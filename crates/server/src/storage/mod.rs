@@ -12,6 +12,7 @@ pub mod holds;
 pub mod journal;
 pub mod ledgers;
 pub mod migrate;
+pub mod moves;
 pub mod outbox;
 pub mod read;
 pub mod replica;
@@ -93,6 +94,12 @@ pub enum StorageError {
         /// The invariant it breaks.
         detail: String,
     },
+    /// The ledger is fenced on this cluster: a move of it to another cluster is under way
+    /// (or done: the directory has switched). Nothing was written.
+    Moving {
+        /// The ledger's code.
+        ledger: String,
+    },
 }
 
 impl fmt::Display for StorageError {
@@ -107,6 +114,9 @@ impl fmt::Display for StorageError {
             StorageError::Config(e) => write!(f, "invalid database URL: {e}"),
             StorageError::Corrupt { row, detail, .. } => {
                 write!(f, "corrupt journal row: {row}: {detail}")
+            }
+            StorageError::Moving { ledger } => {
+                write!(f, "ledger {ledger:?} is being moved to another cluster")
             }
             StorageError::Migration { version, error } => {
                 write!(
@@ -142,6 +152,11 @@ impl StorageError {
                 crate::metrics::journal_corrupt();
                 ledger_core::LedgerError::journal_corrupt(&row, sequence, &detail)
             }
+            StorageError::Moving { ledger } => ledger_core::LedgerError::new(
+                ledger_core::Reason::LedgerMoving,
+                format!("ledger {ledger:?} is being moved to another cluster (MoveLedger): nothing was written; retry with the same idempotency key"),
+            )
+            .with("ledger", &ledger),
             other => ledger_core::LedgerError::unavailable(other),
         }
     }

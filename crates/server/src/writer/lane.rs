@@ -229,8 +229,13 @@ fn answer(replies: &mut Vec<(JobReply, usize)>, result: Result<Vec<Outcome>, Sto
         }
         Err(e) => {
             tracing::warn!(error = %e, batch = replies.len(), "write batch failed; callers told UNAVAILABLE");
+            // A fenced ledger says so (LEDGER_MOVING); anything else is an unknown outcome.
+            let error = match e {
+                StorageError::Moving { .. } => e.into_ledger_error(),
+                e => LedgerError::unavailable(&e),
+            };
             for (reply, _) in replies.drain(..) {
-                let _ = reply.send(Err(LedgerError::unavailable(&e)));
+                let _ = reply.send(Err(error.clone()));
             }
         }
     }

@@ -42,7 +42,9 @@ const CLAIM_SQL: &str = "WITH u AS (
 
 /// The ledger's last committed batch and the clock, read under the lock.
 const STATE_SQL: &str = "SELECT last_sequence, last_recorded_at, clock_timestamp() AS now,
-       tree_size, tree_head, tree_frontier, closed_before, (SELECT code FROM ledgers l WHERE l.ledger_id = s.ledger_id) AS ledger_code
+       tree_size, tree_head, tree_frontier, closed_before, (SELECT code FROM ledgers l WHERE l.ledger_id = s.ledger_id) AS ledger_code,
+       coalesce((SELECT f.fenced FROM ledger_fences f WHERE f.ledger_id = s.ledger_id
+                 ORDER BY f.fence_no DESC LIMIT 1), false) AS fenced
      FROM ledger_state s WHERE ledger_id = $1 FOR UPDATE";
 
 /// The totals of the accounts named by the batch's requests (ids distinct), with the version
@@ -121,6 +123,7 @@ pub async fn load(
     )
     .await?;
     found.read(accounts);
+    unless_fenced(&first.state)?;
     let clock = clock_of(&first.state);
     let chain = chain_of(&first.state, &clock)?;
     let claimed = claimed_keys(&first.claim, firsts.len());
@@ -304,6 +307,17 @@ fn claim_columns<'a>(requests: &'a [WriteRequest], firsts: &[usize]) -> ClaimCol
             .map(|i| r(i).command.fingerprint().as_slice())
             .collect(),
     )
+}
+
+/// A move has fenced the ledger here (read under its lock): nothing of the batch is written
+/// and its keys are not bound (the transaction is rolled back), `LEDGER_MOVING`.
+fn unless_fenced(state: &Row) -> Result<(), StorageError> {
+    match state.get::<_, bool>("fenced") {
+        true => Err(StorageError::Moving {
+            ledger: state.get("ledger_code"),
+        }),
+        false => Ok(()),
+    }
 }
 
 fn clock_of(state: &Row) -> Clock {
